@@ -1,0 +1,250 @@
+"""ALFWorld on its real TextWorld/PDDL engine, for real data and for generated games alike.
+
+Both sources share one layout (`<split>/<task dir>/<trial>/{game.tw-pddl,traj_data.json}`),
+so one loader serves them. The engine object is created once and games are `load()`ed into
+it: every new PddlEnv loads its own libdownward copy and never frees it. Planner output
+(`policy_commands`) is never requested: it replans on every step and can take minutes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from selskill.envs.alfworld_gen import SPLITS, TASK_TYPES
+from selskill.envs.base import EnvError, EnvState, replay_commands
+
+GAME_FILE = "game.tw-pddl"
+TRAJ_FILE = "traj_data.json"
+REAL_DATA_DIR = "json_2.1.1"
+_TASK_RE = re.compile(r"Your task is to: (.*?)\s*$", re.S)
+
+
+@dataclass(frozen=True)
+class GameRecord:
+    task_id: str  # "<split>/<task dir>/<trial>": the same in every process
+    path: str  # the game.tw-pddl file
+    task_type: str
+    split: str
+
+
+@dataclass
+class GameIndex:
+    """The playable games under a root, and what was skipped and why."""
+
+    root: str
+    games: list[GameRecord] = field(default_factory=list)
+    skipped: Counter = field(default_factory=Counter)
+
+    def by_id(self) -> dict[str, GameRecord]:
+        return {g.task_id: g for g in self.games}
+
+    def summary(self) -> str:
+        skipped = ", ".join(f"{k}={v}" for k, v in sorted(self.skipped.items())) or "none"
+        return f"{len(self.games)} games under {self.root} (skipped: {skipped})"
+
+
+def data_root(root: str | os.PathLike | None = None) -> Path:
+    """`root`, else $ALFWORLD_DATA; real data keeps its splits under json_2.1.1/."""
+    if root is None:
+        env = os.environ.get("ALFWORLD_DATA")
+        if not env:
+            raise FileNotFoundError(
+                "no game directory given and ALFWORLD_DATA is not set: pass a directory made by "
+                "`selskill gen-games`, or set ALFWORLD_DATA to a copy of the ALFWorld data"
+            )
+        root = env
+    root = Path(root)
+    if (root / REAL_DATA_DIR).is_dir():
+        root = root / REAL_DATA_DIR
+    return root
+
+
+def _skip_reason(trial: Path, traj: dict | None, task_types: Iterable[str]) -> str | None:
+    text = str(trial)
+    if "movable" in text:
+        return "movable"
+    if "Sliced" in text:
+        return "sliced"
+    if traj is None:
+        return "unreadable_traj_data"
+    if traj.get("task_type") not in task_types:
+        return "unsupported_task_type"
+    params = traj.get("pddl_params") or {}
+    if params.get("object_sliced"):
+        return "sliced"
+    if params.get("toggle_target") == "FloorLamp":
+        return "floorlamp"  # FloorLamp games cannot be won in the TextWorld engine
+    game = trial / GAME_FILE
+    if not game.is_file():
+        return "missing_game_file"
+    try:
+        with open(game) as f:
+            solvable = json.load(f).get("solvable")
+    except (OSError, ValueError):
+        return "unreadable_game_file"
+    if solvable is None:
+        return "missing_solvable_flag"
+    if not solvable:
+        return "unsolvable"
+    return None
+
+
+def find_games(
+    root: str | os.PathLike | None = None,
+    splits: str | Sequence[str] | None = None,
+    task_types: Iterable[str] = TASK_TYPES,
+) -> GameIndex:
+    """Index the games of `splits` (default: all present) under a real or generated root."""
+    base = data_root(root)
+    if isinstance(splits, str):
+        splits = [splits]
+    splits = list(splits) if splits is not None else [s for s in SPLITS if (base / s).is_dir()]
+    for split in splits:
+        if split not in SPLITS:
+            raise ValueError(f"unknown split {split!r}; choose from {', '.join(SPLITS)}")
+    if not any((base / s).is_dir() for s in splits):
+        raise FileNotFoundError(
+            f"{base} has none of the splits {', '.join(splits)}: expected {base}/<split>/<task>/<trial>/{GAME_FILE}"
+        )
+    task_types = tuple(task_types)
+    index = GameIndex(root=str(base))
+    for split in splits:
+        split_dir = base / split
+        if not split_dir.is_dir():
+            continue
+        for traj_path in sorted(split_dir.rglob(TRAJ_FILE)):
+            trial = traj_path.parent
+            try:
+                traj = json.loads(traj_path.read_text())
+            except (OSError, ValueError):
+                traj = None
+            reason = _skip_reason(trial, traj, task_types)
+            if reason:
+                index.skipped[reason] += 1
+                continue
+            task_id = trial.relative_to(base).as_posix()
+            index.games.append(GameRecord(task_id, str(trial / GAME_FILE), traj["task_type"], split))
+    return index
+
+
+def record_for_trial(trial_dir: str | os.PathLike) -> GameRecord:
+    """A single trial directory as a one-game record (for `selskill play`, debugging)."""
+    trial = Path(trial_dir)
+    if trial.is_file():
+        trial = trial.parent
+    game = trial / GAME_FILE
+    if not game.is_file():
+        raise FileNotFoundError(
+            f"{trial} has no {GAME_FILE}: pass a trial directory made by `selskill gen-games`"
+        )
+    try:
+        traj = json.loads((trial / TRAJ_FILE).read_text())
+    except (OSError, ValueError) as exc:
+        raise FileNotFoundError(f"{trial / TRAJ_FILE} is missing or unreadable ({exc})") from None
+    parts = trial.resolve().parts
+    split = parts[-3] if len(parts) >= 3 and parts[-3] in SPLITS else ""
+    return GameRecord("/".join(parts[-3:]), str(game), traj.get("task_type", ""), split)
+
+
+def _make_engine():
+    import textworld
+    from alfworld.agents.environment.alfred_tw_env import AlfredDemangler
+    from textworld.envs.pddl import PddlEnv
+
+    return AlfredDemangler(PddlEnv(textworld.EnvInfos(admissible_commands=True, won=True)))
+
+
+class AlfworldEnv:
+    """The `Env` protocol over alfworld's engine; one instance plays many games in turn."""
+
+    def __init__(self, games: GameIndex | Sequence[GameRecord]):
+        records = games.games if isinstance(games, GameIndex) else list(games)
+        self._games = {g.task_id: g for g in records}
+        self._engine = None
+        self._loaded: str | None = None
+        self._task_id: str | None = None
+        self._state: EnvState | None = None
+        self._raw = None
+
+    def task_ids(self) -> list[str]:
+        return sorted(self._games)
+
+    def game(self, task_id: str) -> GameRecord:
+        try:
+            return self._games[task_id]
+        except KeyError:
+            raise KeyError(f"unknown task id {task_id!r} ({len(self._games)} games indexed)") from None
+
+    @property
+    def state(self) -> EnvState:
+        if self._state is None:
+            raise RuntimeError("call reset(task_id) first")
+        return self._state
+
+    @property
+    def task_id(self) -> str | None:
+        return self._task_id
+
+    def reset(self, task_id: str) -> EnvState:
+        record = self.game(task_id)
+        if self._engine is None:
+            self._engine = _make_engine()
+        try:
+            if self._loaded != record.path:
+                self._loaded = None
+                self._engine.load(record.path)
+                self._loaded = record.path
+            raw = self._engine.reset()
+        except Exception as exc:  # the engine's own errors (e.g. KeyError('val1') on broken games)
+            raise EnvError(f"{task_id}: engine failed to load or reset: {exc!r}") from exc
+        self._task_id = task_id
+        self._raw = raw
+        feedback = raw.feedback
+        match = _TASK_RE.search(feedback)
+        task = match.group(1).rstrip(".") if match else ""
+        self._state = EnvState(
+            observation=feedback.strip(),
+            admissible_commands=list(raw["admissible_commands"]),
+            task=task,
+            won=bool(raw["won"]),
+            done=bool(raw["won"]),
+            env_steps=0,
+        )
+        return self._state
+
+    def step(self, command: str) -> EnvState:
+        if self._state is None:
+            raise RuntimeError("call reset(task_id) first")
+        try:
+            raw, _, done = self._engine.step(command)
+        except Exception as exc:
+            raise EnvError(f"{self._task_id}: engine failed on {command!r}: {exc!r}") from exc
+        self._raw = raw
+        self._state = EnvState(
+            observation=raw.feedback.strip(),
+            admissible_commands=list(raw["admissible_commands"]),
+            task=self._state.task,
+            won=bool(raw["won"]),
+            done=bool(done),
+            env_steps=1,
+        )
+        return self._state
+
+    def replay(self, task_id: str, commands: Sequence[str]) -> EnvState:
+        return replay_commands(self, task_id, commands)
+
+    def inventory(self) -> list[str]:
+        if self._raw is None:
+            return []
+        infos = self._raw["_entity_infos"]
+        held = []
+        for fact in self._raw["_facts"]:
+            if fact.name == "holds":
+                held.append(infos[fact.arguments[1].name].name.strip())
+        return sorted(held)
