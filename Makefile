@@ -33,11 +33,11 @@ test: $(STAMP)  ## run the offline test suite
 	WANDB_MODE=disabled $(BIN)/python -m pytest -q -m "not slow"
 
 lint: $(STAMP)  ## ruff check
-	$(BIN)/ruff check selskill pipelines tests
+	$(BIN)/ruff check $(wildcard selskill pipelines tests)
 
 format: $(STAMP)  ## ruff format + autofix
-	$(BIN)/ruff check --fix selskill pipelines tests
-	$(BIN)/ruff format selskill pipelines tests
+	$(BIN)/ruff check --fix $(wildcard selskill pipelines tests)
+	$(BIN)/ruff format $(wildcard selskill pipelines tests)
 
 clean:  ## remove the virtual environment
 	rm -rf $(VENV)
