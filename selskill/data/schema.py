@@ -1,0 +1,190 @@
+"""pyarrow schemas of every stage's rows, checked on write and on read.
+
+Token-in/token-out: rows carry the exact token ids the policy saw and produced, with one
+entry per token in every per-token list. Nothing downstream re-tokenizes text (chat
+templates are not prefix-stable; Qwen3 drops earlier <think> blocks).
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+# Per-token role codes (DESIGN.md).
+ROLE_PROMPT = 0  # system / template scaffolding / the task's first user message
+ROLE_ASSISTANT = 1
+ROLE_OBSERVATION = 2
+ROLE_SKILL_RETURN = 3
+
+TERMINATIONS = ("won", "step_limit", "error", "context_limit")
+PAIR_KINDS = ("episode", "local")
+
+_TURN = pa.struct(
+    [
+        ("start", pa.int32()),  # token offset of the assistant turn's first generated token
+        ("end", pa.int32()),  # one past its last generated token (end-of-turn included)
+        ("text", pa.string()),
+        ("kind", pa.string()),  # action | skill | malformed
+        ("reason", pa.string()),  # why malformed
+        ("action", pa.string()),
+        ("skill", pa.string()),
+        ("arguments", pa.string()),  # JSON
+        ("exec_precise", pa.bool_()),  # skill calls: executed precisely
+        ("exec_error", pa.string()),
+        ("env_steps", pa.int32()),  # environment steps this turn consumed
+        ("forced", pa.bool_()),  # the decision was forced (fork arms)
+    ]
+)
+
+_PER_TOKEN = [
+    ("token_ids", pa.list_(pa.int32())),
+    ("logprob", pa.list_(pa.float32())),  # 0 on tokens the policy did not generate
+    ("entropy", pa.list_(pa.float32())),  # full-vocabulary entropy (nats); 0 where not generated
+    ("role", pa.list_(pa.int8())),
+    ("turn", pa.list_(pa.int16())),  # assistant turn index a token belongs to / follows; -1 before the first
+]
+
+_EPISODE_OUTCOME = [
+    ("success", pa.bool_()),
+    ("env_steps", pa.int32()),
+    ("n_turns", pa.int32()),
+    ("n_skill_calls", pa.int32()),
+    ("n_precise_calls", pa.int32()),
+    ("n_malformed", pa.int32()),
+    ("termination", pa.string()),
+    ("error", pa.string()),
+    ("turns", pa.list_(_TURN)),
+    ("messages", pa.string()),  # JSON chat messages, for humans
+]
+
+ROLLOUT_SCHEMA = pa.schema(
+    [
+        ("rollout_id", pa.string()),
+        ("run", pa.string()),
+        ("round", pa.int32()),
+        ("task_id", pa.string()),
+        ("task_type", pa.string()),
+        ("sample_idx", pa.int32()),
+        ("policy_id", pa.string()),
+        ("seed", pa.int64()),
+        ("n_prompt_tokens", pa.int32()),  # tokens of the initial prompt (system + first observation)
+        *_PER_TOKEN,
+        *_EPISODE_OUTCOME,
+    ]
+)
+
+BRANCH_SCHEMA = pa.schema(
+    [
+        ("branch_id", pa.string()),
+        ("rollout_id", pa.string()),
+        ("task_id", pa.string()),
+        ("task_type", pa.string()),
+        ("round", pa.int32()),
+        ("turn_index", pa.int32()),  # assistant turn of the decision
+        ("token_offset", pa.int32()),  # prefix = token_ids[:token_offset] of the source rollout
+        ("pool", pa.string()),  # post_skill | ordinary
+        ("score", pa.float32()),
+        ("strategy", pa.string()),  # entropy | random | all_skill
+        ("candidate_skill", pa.string()),
+        ("original_decision", pa.string()),  # invoke | skip | malformed
+        ("source_env_steps_before", pa.int32()),  # env steps the source episode took before the branch
+    ]
+)
+
+FORK_SCHEMA = pa.schema(
+    [
+        ("fork_id", pa.string()),
+        ("branch_id", pa.string()),
+        ("rollout_id", pa.string()),
+        ("task_id", pa.string()),
+        ("task_type", pa.string()),
+        ("round", pa.int32()),
+        ("arm", pa.string()),  # invoke | skip
+        ("k", pa.int32()),
+        ("seed", pa.int64()),
+        ("prefix_len", pa.int32()),  # token_ids[:prefix_len] equal the source rollout's prefix
+        *_PER_TOKEN,  # full sequence: prefix + continuation
+        *_EPISODE_OUTCOME,
+        ("env_steps_after_branch", pa.int32()),
+        ("malformed_after_branch", pa.int32()),
+    ]
+)
+
+PAIR_SCHEMA = pa.schema(
+    [
+        ("pair_id", pa.string()),
+        ("kind", pa.string()),  # episode | local
+        ("task_id", pa.string()),
+        ("task_type", pa.string()),
+        ("round", pa.int32()),
+        ("prompt_ids", pa.list_(pa.int32())),  # shared prefix (identical for both sides)
+        ("chosen_ids", pa.list_(pa.int32())),
+        ("rejected_ids", pa.list_(pa.int32())),
+        # per completion token: its role and its assistant-turn index counted from the branch
+        # (0 = the branch turn; episode pairs count from the first assistant turn). Tokens
+        # that are not assistant tokens carry the index of the assistant turn before them.
+        ("chosen_role", pa.list_(pa.int8())),
+        ("rejected_role", pa.list_(pa.int8())),
+        ("chosen_turn", pa.list_(pa.int16())),
+        ("rejected_turn", pa.list_(pa.int16())),
+        # 1 only on assistant tokens inside the recipe's window (default mask; the trainer can
+        # rebuild it for any n from role + turn)
+        ("chosen_loss_mask", pa.list_(pa.int8())),
+        ("rejected_loss_mask", pa.list_(pa.int8())),
+        ("window_n", pa.int32()),  # n of the default mask; -1 = all assistant turns
+        ("label_reason", pa.string()),  # success_vs_failure | efficiency
+        ("chosen_success", pa.bool_()),
+        ("rejected_success", pa.bool_()),
+        ("chosen_env_steps", pa.int32()),  # after the branch for local pairs; whole episode for episode pairs
+        ("rejected_env_steps", pa.int32()),
+        ("chosen_arm", pa.string()),  # invoke | skip ("" for episode pairs)
+        ("rejected_arm", pa.string()),
+        ("branch_id", pa.string()),
+        ("branch_pool", pa.string()),
+        ("branch_score", pa.float32()),
+        ("branch_strategy", pa.string()),
+        ("candidate_skill", pa.string()),
+        ("chosen_source", pa.string()),  # rollout_id / fork_id the side came from
+        ("rejected_source", pa.string()),
+        ("chosen_messages", pa.string()),  # JSON, for humans
+        ("rejected_messages", pa.string()),
+    ]
+)
+
+SCHEMAS: dict[str, pa.Schema] = {
+    "rollout": ROLLOUT_SCHEMA,
+    "branch": BRANCH_SCHEMA,
+    "fork": FORK_SCHEMA,
+    "pair": PAIR_SCHEMA,
+}
+
+_PER_TOKEN_GROUPS = {
+    "rollout": [("token_ids", "logprob", "entropy", "role", "turn")],
+    "fork": [("token_ids", "logprob", "entropy", "role", "turn")],
+    "pair": [
+        ("chosen_ids", "chosen_role", "chosen_turn", "chosen_loss_mask"),
+        ("rejected_ids", "rejected_role", "rejected_turn", "rejected_loss_mask"),
+    ],
+}
+
+
+class SchemaError(ValueError):
+    """Rows that do not satisfy a stage's contract."""
+
+
+def validate_table(table: pa.Table, kind: str) -> None:
+    """Schema equality plus the invariant no schema can state: per-token lists align."""
+    schema = SCHEMAS[kind]
+    if not table.schema.equals(schema, check_metadata=False):
+        missing = set(schema.names) - set(table.schema.names)
+        extra = set(table.schema.names) - set(schema.names)
+        raise SchemaError(
+            f"{kind} rows do not match the {kind} schema (missing: {sorted(missing)}, extra: {sorted(extra)}, "
+            f"or a column type differs)"
+        )
+    import pyarrow.compute as pc
+
+    for group in _PER_TOKEN_GROUPS.get(kind, []):
+        lengths = [pc.list_value_length(table.column(c)) for c in group]
+        for name, length in zip(group[1:], lengths[1:], strict=True):
+            if pc.all(pc.equal(lengths[0], length)).as_py() not in (True, None):
+                raise SchemaError(f"{kind} rows: {name} does not have one entry per token of {group[0]}")
