@@ -1,0 +1,97 @@
+"""Recipe configuration: one flat YAML per recipe, parsed with `trl.TrlParser`.
+
+Every entry point parses the whole recipe into the same set of dataclasses (one per stage,
+each defined next to the code it configures), so any stage accepts any recipe, a key that
+no dataclass knows fails loudly naming the key, and `--key value` on the command line
+overrides the YAML. Field names are unique across the dataclasses (stage fields carry
+their stage's prefix); the recipe-wide seed is TRL's `seed`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+
+@dataclass
+class RunConfig:
+    """Where a run lives and which part of it this process computes."""
+
+    exp: str = field(
+        default="tiny", metadata={"help": "experiment name: outputs go to <runs_dir>/<exp>/round_<r>/"}
+    )
+    round: int = field(
+        default=1, metadata={"help": "round r samples with round r-1's model (round 0 = init policy)"}
+    )
+    runs_dir: str = field(default="runs", metadata={"help": "root of all run directories"})
+    rank: int = field(default=0, metadata={"help": "this process's shard index (0 <= rank < world_size)"})
+    world_size: int = field(default=1, metadata={"help": "number of shards a stage is split into"})
+    redo: bool = field(
+        default=False, metadata={"help": "recompute ranks that already have a completion marker"}
+    )
+    games_dir: str = field(
+        default="runs/games",
+        metadata={
+            "help": "root of generated games (<games_dir>/<split>/...); ignored where ALFWORLD_DATA is used"
+        },
+    )
+    use_alfworld_data: bool = field(
+        default=False, metadata={"help": "read real ALFWorld games from $ALFWORLD_DATA instead of games_dir"}
+    )
+    wandb_project: str = field(
+        default="selskill", metadata={"help": "wandb project (offline unless a key is set)"}
+    )
+
+    def __post_init__(self):
+        if self.world_size < 1 or not 0 <= self.rank < self.world_size:
+            raise ValueError(
+                f"rank must satisfy 0 <= rank < world_size; got rank={self.rank}, world_size={self.world_size}"
+            )
+        if self.round < 0:
+            raise ValueError(f"round must be >= 0; got {self.round}")
+
+
+@dataclass
+class PolicyConfig:
+    """The model that samples: round r-1's model, or `model_name_or_path` for round 1."""
+
+    model_name_or_path: str = field(
+        default="",
+        metadata={
+            "help": "round-1 starting policy: a local directory or a hub id (hub only if you ask for it); "
+            "empty = the run's own init policy at <runs_dir>/<exp>/round_0/train/model"
+        },
+    )
+    policy_backend: str = field(default="hf", metadata={"help": "hf (transformers) or vllm"})
+    policy_device: str = field(default="cpu", metadata={"help": "cpu, cuda, cuda:0, ..."})
+    policy_dtype: str = field(default="float32", metadata={"help": "float32, bfloat16 or float16"})
+    trust_remote_code: bool = field(
+        default=False, metadata={"help": "allow model repos to run their own code"}
+    )
+
+    def __post_init__(self):
+        if self.policy_backend not in ("hf", "vllm"):
+            raise ValueError(f"policy_backend must be 'hf' or 'vllm'; got {self.policy_backend!r}")
+
+
+def recipe_dataclasses() -> tuple[type, ...]:
+    """Every dataclass a recipe is parsed into (each stage adds its own here)."""
+    return (RunConfig, PolicyConfig)
+
+
+def parse_recipe(argv: Sequence[str] | None = None, dataclass_types: Sequence[type] | None = None):
+    """Parse `--config RECIPE` plus `--key value` overrides into the recipe dataclasses."""
+    from trl import TrlParser
+
+    types = tuple(dataclass_types or recipe_dataclasses())
+    parser = TrlParser(types)
+    try:
+        return parser.parse_args_and_config(args=list(argv) if argv is not None else None)
+    except ValueError as exc:
+        if "Unknown arguments from config file" in str(exc):
+            known = sorted({f.name for t in types for f in dataclasses.fields(t)})
+            raise ValueError(
+                f"{exc}\nValid keys include: {', '.join(k for k in known if not k.startswith('_'))[:2000]}"
+            ) from None
+        raise
