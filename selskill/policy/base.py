@@ -29,7 +29,11 @@ class GenerationRequest:
     prompt_ids: list[int]
     seed: int = 0  # per-request seed: a request's samples do not depend on what it is batched with
     n: int = 1  # samples from this prompt; they share its prefix (KV cache / prefix caching)
-    cache_key: str | None = None  # e.g. an episode id: lets a backend keep the prefix KV across turns
+    # KV reuse hints (a backend may ignore them): the sequence is stored under `cache_key`
+    # (with n > 1, sample j under f"{cache_key}:{j}") and a later request with that key or
+    # naming it in `cache_from` reuses the longest common token prefix.
+    cache_key: str | None = None
+    cache_from: str | None = None
 
 
 @dataclass

@@ -1,0 +1,314 @@
+"""The transformers backend: batched decoding with exact per-token logprob and entropy.
+
+`model.generate` is not used because the method needs three things it does not give
+together: (1) each request's samples depend only on its own seed, not on what it is
+batched with (one `torch.Generator` per row); (2) the exact full-vocabulary entropy of the
+T=1 distribution at every generated token, computed in row chunks so a 150k vocabulary
+does not blow memory; (3) KV reuse of shared prefixes: the `n` samples of a request share
+one prefill, and a request can continue from the stored KV of an earlier sequence (the
+previous turn of its episode, or the source rollout a fork branches from).
+
+Rows of one batch may reuse prefixes of different lengths and feed new chunks of
+different lengths; they are aligned as [left pad | reused KV | left pad | new tokens] with
+the pads masked out and explicit position ids, so a row's computation is the same as if
+it ran alone (up to floating-point reduction order).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from selskill.policy.base import Generation, GenerationRequest, SamplingParams, ThroughputStats
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass
+class _Stored:
+    tokens: list[int]  # the tokens whose KV is stored (always one fewer than the sequence fed so far)
+    kv: list[tuple[torch.Tensor, torch.Tensor]]  # per layer [heads, len, head_dim]
+
+
+def token_logprob_entropy(logits: torch.Tensor, chunk_rows: int = 8) -> tuple[torch.Tensor, torch.Tensor]:
+    """log-softmax and entropy of the T=1 distribution, row-chunked to bound memory."""
+    logps, ents = [], []
+    for start in range(0, logits.shape[0], chunk_rows):
+        block = logits[start : start + chunk_rows].float()
+        lp = torch.log_softmax(block, dim=-1)
+        ents.append(-(lp.exp() * lp).sum(-1))
+        logps.append(lp)
+    return torch.cat(logps), torch.cat(ents)
+
+
+class HFPolicy:
+    """A causal LM from a local directory (or a hub id, when the user asks for one)."""
+
+    def __init__(
+        self,
+        model_name_or_path: str,
+        *,
+        device: str = "cpu",
+        dtype: str = "float32",
+        trust_remote_code: bool = False,
+        batch_size: int = 32,
+        max_cached_sequences: int = 256,
+        entropy_chunk_rows: int = 8,
+        model=None,
+        tokenizer=None,
+    ):
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        if dtype not in _DTYPES:
+            raise ValueError(f"dtype must be one of {', '.join(_DTYPES)}; got {dtype!r}")
+        self.policy_id = str(model_name_or_path)
+        self.device = torch.device(device)
+        self._tokenizer = tokenizer or AutoTokenizer.from_pretrained(
+            model_name_or_path, trust_remote_code=trust_remote_code
+        )
+        if model is None:
+            model = AutoModelForCausalLM.from_pretrained(
+                model_name_or_path, dtype=_DTYPES[dtype], trust_remote_code=trust_remote_code
+            )
+        self.model = model.to(self.device).eval()
+        self.batch_size = batch_size
+        self.entropy_chunk_rows = entropy_chunk_rows
+        self.max_cached_sequences = max_cached_sequences
+        self._cache: OrderedDict[str, _Stored] = OrderedDict()
+        self._stats = ThroughputStats()
+        pad = self._tokenizer.pad_token_id
+        self.pad_id = pad if pad is not None else (self._tokenizer.eos_token_id or 0)
+
+    @property
+    def tokenizer(self):
+        return self._tokenizer
+
+    def stats(self) -> ThroughputStats:
+        return self._stats
+
+    def clear_cache(self) -> None:
+        self._cache.clear()
+
+    # -- prefix store ------------------------------------------------------------------
+
+    def _lookup(self, request: GenerationRequest) -> tuple[int, _Stored | None]:
+        """Longest stored prefix of the request's prompt (leaving >= 1 token to feed)."""
+        best, best_len = None, 0
+        keys = [k for k in (request.cache_key, request.cache_from) if k]
+        for key in keys:
+            stored = self._cache.get(key)
+            if stored is None:
+                continue
+            limit = min(len(stored.tokens), len(request.prompt_ids) - 1)
+            n = 0
+            while n < limit and stored.tokens[n] == request.prompt_ids[n]:
+                n += 1
+            if n > best_len:
+                best, best_len = stored, n
+        return best_len, best
+
+    def _store(self, key: str, tokens: list[int], kv: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        self._cache[key] = _Stored(tokens, kv)
+        self._cache.move_to_end(key)
+        while len(self._cache) > self.max_cached_sequences:
+            self._cache.popitem(last=False)
+
+    # -- generation --------------------------------------------------------------------
+
+    def generate(
+        self, requests: Sequence[GenerationRequest], params: SamplingParams
+    ) -> list[list[Generation]]:
+        out: list[list[Generation]] = []
+        # group by rows (a request with n samples takes n rows)
+        batch: list[GenerationRequest] = []
+        rows = 0
+        for req in requests:
+            if batch and rows + req.n > self.batch_size:
+                out.extend(self._generate_batch(batch, params))
+                batch, rows = [], 0
+            batch.append(req)
+            rows += req.n
+        if batch:
+            out.extend(self._generate_batch(batch, params))
+        return out
+
+    @torch.inference_mode()
+    def _generate_batch(
+        self, requests: list[GenerationRequest], params: SamplingParams
+    ) -> list[list[Generation]]:
+        from transformers import DynamicCache
+
+        t0 = time.perf_counter()
+        dev = self.device
+        n_layers = self.model.config.get_text_config().num_hidden_layers
+        reuse = [self._lookup(r) for r in requests]
+        past_lens = [n for n, _ in reuse]
+        new_chunks = [r.prompt_ids[n:] for r, (n, _) in zip(requests, reuse, strict=True)]
+        P = max(past_lens)
+        N = max(len(c) for c in new_chunks)
+        B = len(requests)
+
+        mask = torch.zeros(B, P + N, dtype=torch.long)
+        input_ids = torch.full((B, N), self.pad_id, dtype=torch.long)
+        positions = torch.zeros(B, N, dtype=torch.long)
+        for i, (L, chunk) in enumerate(zip(past_lens, new_chunks, strict=True)):
+            mask[i, P - L : P] = 1
+            mask[i, P + N - len(chunk) :] = 1
+            input_ids[i, N - len(chunk) :] = torch.tensor(chunk, dtype=torch.long)
+            positions[i, N - len(chunk) :] = torch.arange(L, L + len(chunk))
+        cache = None
+        if P > 0:
+            layers = []
+            for layer in range(n_layers):
+                ks, vs = [], []
+                for L, stored in reuse:
+                    if stored is None:
+                        ref = next(s for _, s in reuse if s is not None).kv[layer][0]
+                        k = ref.new_zeros(ref.shape[0], P, ref.shape[2])
+                        v = k.clone()
+                    else:
+                        k, v = stored.kv[layer][0][:, :L], stored.kv[layer][1][:, :L]
+                        if L < P:
+                            pad = k.new_zeros(k.shape[0], P - L, k.shape[2])
+                            k, v = torch.cat([pad, k], 1), torch.cat([pad, v], 1)
+                    ks.append(k)
+                    vs.append(v)
+                layers.append((torch.stack(ks).to(dev), torch.stack(vs).to(dev)))
+            cache = DynamicCache(ddp_cache_data=layers)
+        else:
+            cache = DynamicCache()
+
+        out = self.model(
+            input_ids=input_ids.to(dev),
+            attention_mask=mask.to(dev),
+            position_ids=positions.to(dev),
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        logits = out.logits[:, -1, :]
+        cache = out.past_key_values
+
+        # expand to one row per sample
+        ns = [r.n for r in requests]
+        if any(n != 1 for n in ns):
+            index = torch.repeat_interleave(torch.arange(B), torch.tensor(ns)).to(dev)
+            logits = logits.index_select(0, index)
+            cache.batch_select_indices(index)
+            mask = mask.index_select(0, index.cpu())
+            positions = positions.index_select(0, index.cpu())
+        R = sum(ns)
+        generators = []
+        for r in requests:
+            for j in range(r.n):
+                g = torch.Generator(device="cpu")
+                g.manual_seed((int(r.seed) * 1_000_003 + j) % (2**63 - 1))
+                generators.append(g)
+
+        next_pos = positions[:, -1] + 1
+        stop = set(params.stop_token_ids)
+        tokens: list[list[int]] = [[] for _ in range(R)]
+        logps: list[list[float]] = [[] for _ in range(R)]
+        ents: list[list[float]] = [[] for _ in range(R)]
+        finished = [False] * R
+        reason = ["length"] * R
+        for step in range(params.max_new_tokens):
+            lp, ent = token_logprob_entropy(logits, self.entropy_chunk_rows)
+            chosen = self._choose(logits, lp, params, generators)
+            for i in range(R):
+                if finished[i]:
+                    continue
+                tok = int(chosen[i])
+                tokens[i].append(tok)
+                logps[i].append(float(lp[i, tok]))
+                ents[i].append(float(ent[i]))
+                if tok in stop:
+                    finished[i] = True
+                    reason[i] = "stop"
+            if all(finished) or step == params.max_new_tokens - 1:
+                break
+            feed = torch.tensor(
+                [[tokens[i][-1] if not finished[i] else self.pad_id] for i in range(R)], dtype=torch.long
+            )
+            # finished rows feed a pad that must neither be attended to nor stored
+            live = torch.tensor([[0 if finished[i] else 1] for i in range(R)], dtype=torch.long)
+            mask = torch.cat([mask, live], 1)
+            out = self.model(
+                input_ids=feed.to(dev),
+                attention_mask=mask.to(dev),
+                position_ids=next_pos.view(R, 1).to(dev),
+                past_key_values=cache,
+                use_cache=True,
+            )
+            logits = out.logits[:, -1, :]
+            cache = out.past_key_values
+            next_pos = next_pos + 1
+
+        # store each row's KV (valid positions only) for reuse by its next turn
+        row = 0
+        for r in requests:
+            for j in range(r.n):
+                if r.cache_key:
+                    key = r.cache_key if r.n == 1 else f"{r.cache_key}:{j}"
+                    self._store_row(key, cache, mask, row, r.prompt_ids + tokens[row])
+                row += 1
+
+        results: list[list[Generation]] = []
+        row = 0
+        for r in requests:
+            gens = []
+            for _ in range(r.n):
+                gens.append(Generation(tokens[row], logps[row], ents[row], reason[row]))
+                row += 1
+            results.append(gens)
+        self._stats.prompt_tokens += sum(len(c) for c in new_chunks)
+        self._stats.generated_tokens += sum(len(t) for t in tokens)
+        self._stats.seconds += time.perf_counter() - t0
+        return results
+
+    def _store_row(self, key, cache, mask, row: int, sequence: list[int]) -> None:
+        # the cache covers every position fed so far; the last generated token was never fed
+        width = cache.layers[0].keys.shape[-2]
+        valid = mask[row, :width].nonzero().flatten().to(self.device)
+        kv = [
+            (layer.keys[row].index_select(1, valid).clone(), layer.values[row].index_select(1, valid).clone())
+            for layer in cache.layers
+        ]
+        fed = len(valid)
+        self._store(key, sequence[:fed], kv)
+
+    @staticmethod
+    def _choose(logits: torch.Tensor, logp: torch.Tensor, params: SamplingParams, generators) -> list[int]:
+        if params.greedy:
+            return logits.argmax(-1).tolist()
+        out = []
+        for i, g in enumerate(generators):
+            scaled = torch.log_softmax(logits[i].float() / params.temperature, -1)
+            probs = scaled.exp()
+            if params.top_p < 1.0:
+                sorted_p, idx = probs.sort(descending=True)
+                keep = sorted_p.cumsum(0) - sorted_p < params.top_p
+                filtered = torch.zeros_like(probs)
+                filtered[idx[keep]] = sorted_p[keep]
+                probs = filtered / filtered.sum()
+            out.append(int(torch.multinomial(probs.cpu(), 1, generator=g)))
+        return out
+
+    # -- scoring -----------------------------------------------------------------------
+
+    @torch.inference_mode()
+    def score(
+        self, prompt_ids: Sequence[int], continuation_ids: Sequence[int]
+    ) -> tuple[list[float], list[float]]:
+        ids = torch.tensor([list(prompt_ids) + list(continuation_ids)], dtype=torch.long, device=self.device)
+        n = len(continuation_ids)
+        if n == 0:
+            return [], []
+        logits = self.model(input_ids=ids, logits_to_keep=n + 1).logits[0, :-1]
+        lp, ent = token_logprob_entropy(logits, self.entropy_chunk_rows)
+        target = torch.tensor(list(continuation_ids), device=lp.device)
+        return lp.gather(1, target.view(-1, 1)).flatten().tolist(), ent.tolist()
