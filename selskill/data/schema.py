@@ -31,6 +31,7 @@ _TURN = pa.struct(
         ("exec_precise", pa.bool_()),  # skill calls: executed precisely
         ("exec_error", pa.string()),
         ("env_steps", pa.int32()),  # environment steps this turn consumed
+        ("commands", pa.list_(pa.string())),  # environment commands it executed (replays the prefix)
         ("forced", pa.bool_()),  # the decision was forced (fork arms)
     ]
 )
