@@ -77,7 +77,9 @@ class PolicyConfig:
 
 def recipe_dataclasses() -> tuple[type, ...]:
     """Every dataclass a recipe is parsed into (each stage adds its own here)."""
-    return (RunConfig, PolicyConfig)
+    from selskill.train.config import TrainConfig
+
+    return (RunConfig, PolicyConfig, TrainConfig)
 
 
 def parse_recipe(argv: Sequence[str] | None = None, dataclass_types: Sequence[type] | None = None):

@@ -30,7 +30,9 @@ def after_action(fmt: TurnFormat, state: EnvState) -> dict:
 
 def after_skill(fmt: TurnFormat, skill_output: str, state: EnvState) -> dict:
     """A skill's return (memory text, or what its actions did) plus where the agent now stands."""
-    return fmt.skill_return_message(fmt.observation_text(skill_output or "(no output)", state.admissible_commands))
+    return fmt.skill_return_message(
+        fmt.observation_text(skill_output or "(no output)", state.admissible_commands)
+    )
 
 
 def after_malformed(fmt: TurnFormat, state: EnvState) -> dict:

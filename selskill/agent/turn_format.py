@@ -160,7 +160,9 @@ class TurnFormat:
         if self.style not in STYLES:
             raise ValueError(f"style must be one of {STYLES}, got {self.style!r}")
         if self.admissible_style not in ADMISSIBLE_STYLES:
-            raise ValueError(f"admissible_style must be one of {ADMISSIBLE_STYLES}, got {self.admissible_style!r}")
+            raise ValueError(
+                f"admissible_style must be one of {ADMISSIBLE_STYLES}, got {self.admissible_style!r}"
+            )
 
     def shown_commands(self, admissible_commands: Sequence[str]) -> list[str]:
         if self.admissible_style == "all":

@@ -117,6 +117,27 @@ class HFPolicy:
         while len(self._cache) > self.max_cached_sequences:
             self._cache.popitem(last=False)
 
+    @torch.inference_mode()
+    def prefill(self, prompt_ids: Sequence[int], cache_key: str) -> None:
+        """Compute and store the KV of `prompt_ids` so requests naming `cache_key` skip it."""
+        from transformers import DynamicCache
+
+        ids = list(prompt_ids)
+        if len(ids) < 2:
+            return
+        cache = DynamicCache()
+        t0 = time.perf_counter()
+        self.model(
+            input_ids=torch.tensor([ids], device=self.device),
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        kv = [(layer.keys[0].clone(), layer.values[0].clone()) for layer in cache.layers]
+        self._store(cache_key, ids, kv)
+        self._stats.prompt_tokens += len(ids)
+        self._stats.seconds += time.perf_counter() - t0
+
     # -- generation --------------------------------------------------------------------
 
     def generate(

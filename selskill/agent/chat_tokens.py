@@ -1,0 +1,59 @@
+"""Token ids for an episode, built incrementally and never re-tokenized.
+
+Chat templates are not prefix-stable (Qwen3 drops earlier <think> blocks once a new user
+turn arrives), so rendering the whole conversation again each turn would change tokens the
+policy already saw. Instead: the opening (system + first observation + generation prompt)
+is rendered once; each later message contributes only its own segment — the template's
+text between the end of the previous assistant turn and the next generation prompt —
+rendered against a fixed sentinel conversation and tokenized on its own.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+_SENTINEL = "\u2063selskill-sentinel\u2063"
+
+
+class ChatTokens:
+    def __init__(self, tokenizer, chat_template_kwargs: dict | None = None):
+        self.tokenizer = tokenizer
+        self.kwargs = dict(chat_template_kwargs or {})
+        eos = tokenizer.eos_token
+        if eos is None:
+            raise ValueError("the tokenizer has no eos_token: cannot tell where an assistant turn ends")
+        self.end_of_turn_text = eos
+        self.end_of_turn_id = tokenizer.convert_tokens_to_ids(eos)
+
+    def _render(self, messages: list[dict], add_generation_prompt: bool) -> str:
+        return self.tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=add_generation_prompt, **self.kwargs
+        )
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def opening(self, messages: list[dict]) -> list[int]:
+        """System + first observation, ending with the generation prompt of turn 0."""
+        return self.encode(self._render(messages, add_generation_prompt=True))
+
+    def segment(self, message: dict) -> list[int]:
+        """Tokens that follow an assistant turn's end-of-turn token, up to the next generation prompt."""
+        return list(self._segment(message["role"], message["content"]))
+
+    @lru_cache(maxsize=4096)  # noqa: B019 (one instance per runner; bounded)
+    def _segment(self, role: str, content: str) -> tuple[int, ...]:
+        base = [
+            {"role": "system", "content": "s"},
+            {"role": "user", "content": "u"},
+            {"role": "assistant", "content": _SENTINEL},
+        ]
+        text = self._render([*base, {"role": role, "content": content}], add_generation_prompt=True)
+        marker = _SENTINEL + self.end_of_turn_text
+        at = text.rfind(marker)
+        if at < 0:
+            raise ValueError("the chat template does not end assistant turns with the tokenizer's eos_token")
+        return tuple(self.encode(text[at + len(marker) :]))
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=False)

@@ -1,0 +1,317 @@
+"""The episode runner: policy + environment + skill executor for many episodes at once.
+
+Token-in/token-out: each episode keeps the exact token ids the policy saw and produced,
+with per-token logprob, entropy, role and turn, and per-turn parse and execution records;
+nothing is re-tokenized afterwards. Episodes run concurrently (one batched `generate` per
+turn across all live episodes) and each request carries its own seed, so an episode's
+samples do not depend on which other episodes share its batch.
+
+An episode can also start from the exact prefix of a recorded one with a forced decision
+for the next assistant turn (the fork stage): the prefix tokens are copied, the
+environment is replayed to the same state, the forced opening (`<action>` or
+`<tool_call>{"name": "<skill>"`) is appended as assistant tokens, and the policy continues
+normally to the episode's end.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from selskill.agent.chat_tokens import ChatTokens
+from selskill.agent.parser import parse_turn
+from selskill.agent.transcript import (
+    MALFORMED_COMMAND,
+    after_action,
+    after_malformed,
+    after_skill,
+    opening_messages,
+)
+from selskill.agent.turn_format import TOOL_CALL_OPEN, TurnFormat
+from selskill.data.schema import ROLE_ASSISTANT, ROLE_OBSERVATION, ROLE_PROMPT, ROLE_SKILL_RETURN
+from selskill.envs.base import Env, EnvError
+from selskill.policy.base import GenerationRequest, Policy, SamplingParams
+from selskill.skills import SkillExecutor, SkillLibrary, render_listing
+
+
+@dataclass(frozen=True)
+class RunnerConfig:
+    max_env_steps: int = 50  # ALFWorld's usual budget; executable skills count the actions they run
+    max_turns: int = 80  # memory-skill turns take no env step: this bounds them
+    max_context_tokens: int = 8192
+    max_new_tokens: int = 96
+    temperature: float = 1.0
+    top_p: float = 1.0
+    concurrent_episodes: int = 32
+    listing_style: str = "compact"
+
+
+@dataclass
+class ForkStart:
+    """Where a forked episode starts: the exact prefix of a recorded episode + a forced opening."""
+
+    token_ids: list[int]
+    logprob: list[float]
+    entropy: list[float]
+    role: list[int]
+    turn: list[int]
+    turns: list[dict]  # turn records before the branch turn
+    messages: list[dict]  # messages before the branch turn's assistant message
+    env_commands: list[str]  # replayed to restore the environment
+    env_steps_before: int
+    forced_text: str
+    cache_from: str | None = None  # key of a stored KV prefix (see Policy.prefill)
+
+
+@dataclass
+class EpisodeSpec:
+    episode_id: str
+    task_id: str
+    seed: int
+    fork: ForkStart | None = None
+    meta: dict = field(default_factory=dict)
+
+
+@dataclass
+class _Episode:
+    spec: EpisodeSpec
+    env: Env
+    ids: list[int]
+    logprob: list[float]
+    entropy: list[float]
+    role: list[int]
+    turn: list[int]
+    turns: list[dict]
+    messages: list[dict]
+    env_steps: int = 0
+    forced_ids: list[int] = field(default_factory=list)
+    n_prompt_tokens: int = 0
+    termination: str | None = None
+    error: str | None = None
+    won: bool = False
+
+    def extend(self, ids: Sequence[int], role: int, turn: int, logprob=None, entropy=None) -> None:
+        n = len(ids)
+        self.ids.extend(ids)
+        self.role.extend([role] * n)
+        self.turn.extend([turn] * n)
+        self.logprob.extend(logprob if logprob is not None else [0.0] * n)
+        self.entropy.extend(entropy if entropy is not None else [0.0] * n)
+
+
+def turn_seed(seed: int, turn: int) -> int:
+    return (int(seed) * 1_000_003 + turn * 7919) % (2**62)
+
+
+class EpisodeRunner:
+    def __init__(
+        self,
+        policy: Policy,
+        env_factory: Callable[[], Env],
+        library: SkillLibrary,
+        fmt: TurnFormat,
+        config: RunnerConfig,
+        chat_template_kwargs: dict | None = None,
+    ):
+        self.policy = policy
+        self.env_factory = env_factory
+        self.library = library
+        self.executor = SkillExecutor(library)
+        self.fmt = fmt
+        self.config = config
+        self.chat = ChatTokens(policy.tokenizer, chat_template_kwargs)
+        self.listing = render_listing(library, style=config.listing_style)
+        self._envs: list[Env] = []
+        self._free: list[Env] = []
+
+    # -- env pool: each engine loads its own libdownward copy, so engines are reused ---------
+
+    def _acquire_env(self) -> Env:
+        if not self._free:
+            env = self.env_factory()
+            self._envs.append(env)
+            return env
+        return self._free.pop()
+
+    def _release_env(self, env: Env) -> None:
+        self._free.append(env)
+
+    # -- episode lifecycle ---------------------------------------------------------------
+
+    def _start(self, spec: EpisodeSpec) -> _Episode:
+        env = self._acquire_env()
+        ep = _Episode(spec, env, [], [], [], [], [], [], [])
+        try:
+            if spec.fork is None:
+                state = env.reset(spec.task_id)
+                ep.messages = opening_messages(self.fmt, self.listing, state)
+                ids = self.chat.opening(ep.messages)
+                ep.extend(ids, ROLE_PROMPT, -1)
+                ep.n_prompt_tokens = len(ids)
+            else:
+                f = spec.fork
+                env.replay(spec.task_id, f.env_commands)
+                ep.ids, ep.logprob, ep.entropy = list(f.token_ids), list(f.logprob), list(f.entropy)
+                ep.role, ep.turn = list(f.role), list(f.turn)
+                ep.turns = [dict(t) for t in f.turns]
+                ep.messages = [dict(m) for m in f.messages]
+                ep.env_steps = f.env_steps_before
+                ep.forced_ids = self.chat.encode(f.forced_text)
+                ep.n_prompt_tokens = sum(1 for r in f.role if r == ROLE_PROMPT)
+        except EnvError as exc:
+            ep.termination, ep.error = "error", str(exc)
+        return ep
+
+    def run(self, specs: Sequence[EpisodeSpec], progress: Callable[[int], None] | None = None) -> list[dict]:
+        """Run every spec to its end; returns one row dict per spec, in spec order."""
+        pending = deque(specs)
+        active: list[_Episode] = []
+        finished: dict[str, dict] = {}
+        params = SamplingParams(
+            self.config.temperature,
+            self.config.top_p,
+            self.config.max_new_tokens,
+            (self.chat.end_of_turn_id,),
+        )
+        self._prefill_fork_prefixes(specs)
+        while pending or active:
+            while pending and len(active) < self.config.concurrent_episodes:
+                ep = self._start(pending.popleft())
+                if ep.termination:
+                    self._finish(ep, finished, progress)
+                else:
+                    active.append(ep)
+            if not active:
+                continue
+            requests = [
+                GenerationRequest(
+                    ep.ids + ep.forced_ids,
+                    seed=turn_seed(ep.spec.seed, len(ep.turns)),
+                    cache_key=ep.spec.episode_id,
+                    cache_from=ep.spec.fork.cache_from if ep.spec.fork else None,
+                )
+                for ep in active
+            ]
+            generations = self.policy.generate(requests, params)
+            still = []
+            for ep, gens in zip(active, generations, strict=True):
+                self._apply(ep, gens[0])
+                if ep.termination:
+                    self._finish(ep, finished, progress)
+                else:
+                    still.append(ep)
+            active = still
+        return [finished[s.episode_id] for s in specs]
+
+    def _prefill_fork_prefixes(self, specs: Sequence[EpisodeSpec]) -> None:
+        prefill = getattr(self.policy, "prefill", None)
+        if prefill is None:
+            return
+        seen = set()
+        for s in specs:
+            f = s.fork
+            if f is not None and f.cache_from and f.cache_from not in seen:
+                seen.add(f.cache_from)
+                prefill(f.token_ids, cache_key=f.cache_from)
+
+    def _apply(self, ep: _Episode, gen) -> None:
+        cfg = self.config
+        index = len(ep.turns)
+        forced = ep.forced_ids
+        ep.forced_ids = []
+        start = len(ep.ids)
+        generated = list(gen.token_ids)
+        ended = bool(generated) and generated[-1] == self.chat.end_of_turn_id
+        body = forced + (generated[:-1] if ended else generated)
+        text = self.chat.decode(body)
+        ep.extend(forced, ROLE_ASSISTANT, index)
+        ep.extend(generated, ROLE_ASSISTANT, index, list(gen.logprobs), list(gen.entropies))
+        if not ended:  # truncated turn: close it so the context stays well formed
+            ep.extend([self.chat.end_of_turn_id], ROLE_ASSISTANT, index)
+        parsed = parse_turn(text, self.library.names)
+        record = {
+            "start": start,
+            "end": len(ep.ids),
+            "text": text,
+            "kind": parsed.kind,
+            "reason": parsed.reason,
+            "action": parsed.action,
+            "skill": parsed.skill,
+            "arguments": json.dumps(parsed.arguments, sort_keys=True) if parsed.arguments else None,
+            "exec_precise": None,
+            "exec_error": None,
+            "env_steps": 0,
+            "commands": [],
+            "forced": bool(forced),
+        }
+        is_call = TOOL_CALL_OPEN in text
+        ep.messages.append(self.fmt.assistant_message(text))
+        try:
+            if parsed.kind == "action":
+                state = ep.env.step(parsed.action)
+                record.update(env_steps=state.env_steps, commands=[parsed.action])
+                reply, role = after_action(self.fmt, state), ROLE_OBSERVATION
+            elif parsed.kind == "skill":
+                call = self.executor.execute(ep.env, parsed.skill, parsed.arguments)
+                record.update(
+                    env_steps=call.env_steps,
+                    commands=list(call.actions),
+                    exec_precise=call.precise,
+                    exec_error=call.error,
+                )
+                reply, role = after_skill(self.fmt, call.observation, ep.env.state), ROLE_SKILL_RETURN
+            else:
+                state = ep.env.step(MALFORMED_COMMAND)
+                record.update(env_steps=state.env_steps, commands=[MALFORMED_COMMAND])
+                if is_call:
+                    record.update(exec_precise=False, exec_error=parsed.reason)
+                reply, role = after_malformed(self.fmt, state), ROLE_OBSERVATION
+        except EnvError as exc:
+            ep.turns.append(record)
+            ep.termination, ep.error = "error", str(exc)
+            return
+        ep.turns.append(record)
+        ep.env_steps += record["env_steps"]
+        ep.messages.append(reply)
+        if ep.env.state.won:
+            ep.won, ep.termination = True, "won"
+        elif ep.env_steps >= cfg.max_env_steps or len(ep.turns) >= cfg.max_turns:
+            ep.termination = "step_limit"
+        if ep.termination:
+            return
+        segment = self.chat.segment(reply)
+        if len(ep.ids) + len(segment) + cfg.max_new_tokens > cfg.max_context_tokens:
+            ep.termination = "context_limit"
+            return
+        ep.extend(segment, role, index)
+
+    def _finish(self, ep: _Episode, finished: dict, progress) -> None:
+        self._release_env(ep.env)
+        finished[ep.spec.episode_id] = episode_row(ep)
+        if progress is not None:
+            progress(1)
+
+
+def episode_row(ep: _Episode) -> dict:
+    """Per-token lists + outcome, in the fields shared by the rollout and fork schemas."""
+    calls = [t for t in ep.turns if TOOL_CALL_OPEN in (t["text"] or "")]
+    return {
+        "token_ids": ep.ids,
+        "logprob": ep.logprob,
+        "entropy": ep.entropy,
+        "role": ep.role,
+        "turn": ep.turn,
+        "n_prompt_tokens": ep.n_prompt_tokens,
+        "success": ep.won,
+        "env_steps": ep.env_steps,
+        "n_turns": len(ep.turns),
+        "n_skill_calls": len(calls),
+        "n_precise_calls": sum(1 for t in calls if t["exec_precise"]),
+        "n_malformed": sum(1 for t in ep.turns if t["kind"] == "malformed"),
+        "termination": ep.termination,
+        "error": ep.error,
+        "turns": ep.turns,
+        "messages": json.dumps(ep.messages, ensure_ascii=False),
+    }

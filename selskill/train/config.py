@@ -1,0 +1,181 @@
+"""Configuration of the train stage: TRL's `DPOConfig` plus the SelSkill knobs.
+
+Every `DPOConfig`/`TrainingArguments` key (beta, learning_rate, num_train_epochs, max_length,
+bf16, gradient_checkpointing, precompute_ref_log_probs, report_to, seed, ...) is a recipe key
+as TRL spells it. Our own keys carry the `train_` prefix so that they never clash with
+another stage's dataclass; `dry_run` is the one exception, because users type `--dry_run`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from trl import DPOConfig
+
+PAIR_KIND_CHOICES = ("episode", "local", "both")
+OVERFLOW_CHOICES = ("skip", "error")
+
+
+def bf16_available() -> bool:
+    """True where bf16 mixed precision can run on an accelerator (CPU-only machines: False)."""
+    import torch
+
+    return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+
+
+def parse_window_n(value: object) -> int | None:
+    """`3` / `"3"` -> 3; `"all"` / `-1` -> None (every assistant turn after the branch)."""
+    text = str(value).strip().lower()
+    if text in ("all", "-1"):
+        return None
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise ValueError(
+            f"train_window_n must be a positive number of assistant turns or 'all'; got {value!r} "
+            f"(the paper uses 3; its ablation compares 1, 3 and all)"
+        )
+    return n
+
+
+@dataclass
+class TrainConfig(DPOConfig):
+    """DPO on SelSkill pairs. Defaults follow the paper (Table 13); see recipes/dpo_8b.yaml."""
+
+    train_pair_kinds: str = field(
+        default="both",
+        metadata={
+            "help": "which pairs to train on: episode, local or both (the paper's Table 2 ablation)",
+            "choices": list(PAIR_KIND_CHOICES),
+        },
+    )
+    train_local_fraction: float = field(
+        default=-1.0,
+        metadata={
+            "help": "share of local pairs in the training set when both kinds are trained: a value in (0, 1) "
+            "subsamples the over-represented kind (seeded) until local pairs make up this share; -1 keeps every "
+            "pair (the natural mix)"
+        },
+    )
+    train_window_n: str = field(
+        default="3",
+        metadata={
+            "help": "local pairs train the assistant tokens of the first n assistant turns after the branch: "
+            "1, 3 (paper) or all. Episode pairs always train every assistant token."
+        },
+    )
+    train_keep_head_messages: int = field(
+        default=2,
+        metadata={
+            "help": "max_length policy: leading prompt messages that are never dropped (1 = the system message, "
+            "2 = also the first user message, which states the task). Older prompt messages after them are "
+            "dropped first; the trained window is never cut."
+        },
+    )
+    train_message_start_token: str = field(
+        default="<|im_start|>",
+        metadata={
+            "help": "token that opens every chat message (ChatML); message boundaries for the max_length policy"
+        },
+    )
+    train_trim_after_window: bool = field(
+        default=True,
+        metadata={
+            "help": "drop completion tokens after the last trained token: they carry no loss and cannot influence "
+            "earlier tokens, so the loss is unchanged and the step is cheaper"
+        },
+    )
+    train_overflow: str = field(
+        default="skip",
+        metadata={
+            "help": "pairs that still exceed max_length after the oldest prompt messages are dropped: skip them "
+            "(counted in pairs_stats.json and the log) or error",
+            "choices": list(OVERFLOW_CHOICES),
+        },
+    )
+    train_accelerate_config: str = field(
+        default="",
+        metadata={
+            "help": "accelerate config `selskill train` relaunches itself under (e.g. recipes/accelerate/zero3.yaml); "
+            "empty = train in the calling process"
+        },
+    )
+    dry_run: bool = field(
+        default=False,
+        metadata={
+            "help": "build the configs, resolve referenced files, count pairs if present, print the effective batch "
+            "size and number of steps; load no weights and train nothing"
+        },
+    )
+    # TRL turns bf16 on by default, which fails on a CPU-only machine when a recipe does not mention it.
+    # Here None means: on where an accelerator supports it, off elsewhere. Recipes set it explicitly.
+    bf16: bool | None = field(
+        default=None,
+        metadata={"help": "bf16 mixed precision; unset = on where a GPU supports it, off on CPU"},
+    )
+
+    def __post_init__(self):
+        if self.train_pair_kinds not in PAIR_KIND_CHOICES:
+            raise ValueError(
+                f"train_pair_kinds must be one of {', '.join(PAIR_KIND_CHOICES)}; got {self.train_pair_kinds!r}"
+            )
+        if self.train_overflow not in OVERFLOW_CHOICES:
+            raise ValueError(
+                f"train_overflow must be one of {', '.join(OVERFLOW_CHOICES)}; got {self.train_overflow!r}"
+            )
+        if not (self.train_local_fraction == -1.0 or 0.0 < self.train_local_fraction < 1.0):
+            raise ValueError(
+                f"train_local_fraction must be in (0, 1), or -1 for the natural mix; got {self.train_local_fraction} "
+                f"(to train one kind only, set train_pair_kinds: episode or local)"
+            )
+        if self.train_keep_head_messages < 0:
+            raise ValueError(f"train_keep_head_messages must be >= 0; got {self.train_keep_head_messages}")
+        self.train_window_n = str(self.train_window_n).strip().lower()
+        parse_window_n(self.train_window_n)
+        if self.max_length is not None and self.max_length < 8:
+            raise ValueError(
+                f"max_length must be at least 8 tokens (or null for no limit); got {self.max_length}"
+            )
+        if self.truncation_mode != "keep_start":
+            raise ValueError(
+                "truncation_mode is not used by the selskill trainer: pairs are fitted to max_length by dropping the "
+                "oldest prompt messages (see train_keep_head_messages); remove truncation_mode from the recipe"
+            )
+
+        if self.bf16 is None:
+            self.bf16 = bool(not self.fp16 and bf16_available())
+        # A dry run checks a recipe meant for other hardware (e.g. dpo_8b.yaml on a CPU machine): the bf16
+        # capability check belongs to the machine that trains, so it is deferred, not skipped silently.
+        self.bf16_deferred = bool(self.dry_run and self.bf16 and not self.use_cpu and not bf16_available())
+        if self.bf16_deferred:
+            self.bf16 = False
+        super().__post_init__()
+        if self.bf16_deferred:
+            self.bf16 = True
+
+    @property
+    def window_turns(self) -> int | None:
+        """n as a number of turns; None = all assistant turns after the branch."""
+        return parse_window_n(self.train_window_n)
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        return ("episode", "local") if self.train_pair_kinds == "both" else (self.train_pair_kinds,)
+
+
+def _hide_duplicate_fields() -> None:
+    # `trust_remote_code` is also a PolicyConfig key; argparse refuses the same option twice, so the
+    # recipe key stays PolicyConfig's and the train stage copies its value (selskill.train.run).
+    # Drop this once PolicyConfig no longer declares it.
+    from selskill.config import PolicyConfig
+
+    policy_fields = {f.name for f in dataclasses.fields(PolicyConfig)}
+    for name in ("trust_remote_code",):
+        if name in policy_fields:
+            TrainConfig.__dataclass_fields__.pop(name, None)
+
+
+_hide_duplicate_fields()

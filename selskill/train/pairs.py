@@ -1,0 +1,342 @@
+"""Pair rows (PAIR_SCHEMA) -> token rows the DPO trainer consumes.
+
+For every pair the loss mask is rebuilt from the per-token role and turn-from-branch, so one
+set of shards serves any window n:
+
+- episode pairs train every assistant token of both trajectories;
+- local pairs train the assistant tokens of the first n assistant turns after the branch
+  (turn 0 = the branch turn; n = None means every assistant turn);
+- observation (role 2) and skill-return (role 3) tokens are never trained.
+
+Then the max_length policy fits each pair without ever cutting its trained window: tokens
+after the last trained token are dropped (they carry no loss and cannot influence earlier
+tokens), and if the pair is still too long the oldest prompt messages after the first
+`keep_head_messages` (system message, task) are dropped. Pairs that still do not fit are
+counted and skipped (or raise), never trained on a silently truncated window.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+
+from selskill.data.schema import PAIR_KINDS, ROLE_ASSISTANT
+
+KIND_IDS = {kind: i for i, kind in enumerate(PAIR_KINDS)}  # episode 0, local 1
+TOKEN_COLUMNS = ("prompt_ids", "chosen_ids", "rejected_ids", "chosen_loss_mask", "rejected_loss_mask")
+
+
+def loss_mask(role: Sequence[int], turn: Sequence[int], kind: str, n: int | None) -> np.ndarray:
+    """1 on the completion tokens DPO trains, 0 elsewhere (int8, one entry per token)."""
+    role = np.asarray(role, dtype=np.int64)
+    turn = np.asarray(turn, dtype=np.int64)
+    if role.shape != turn.shape:
+        raise ValueError(f"role and turn must have one entry per token; got {role.shape} and {turn.shape}")
+    mask = role == ROLE_ASSISTANT
+    if kind == "local":
+        mask &= turn >= 0
+        if n is not None:
+            mask &= turn < n
+    elif kind != "episode":
+        raise ValueError(f"unknown pair kind {kind!r}; expected one of {', '.join(PAIR_KINDS)}")
+    return mask.astype(np.int8)
+
+
+@dataclass(frozen=True)
+class FitPolicy:
+    """How a pair is fitted into `max_length` tokens per sequence (prompt + completion)."""
+
+    max_length: int | None = None
+    keep_head_messages: int = 2
+    message_start_id: int | None = None  # token opening each chat message; None = no message boundaries known
+    trim_after_window: bool = True
+
+
+@dataclass
+class FittedPair:
+    prompt_ids: list[int]
+    chosen_ids: list[int]
+    rejected_ids: list[int]
+    chosen_loss_mask: list[int]
+    rejected_loss_mask: list[int]
+    prompt_tokens_dropped: int = 0
+    tail_tokens_trimmed: int = 0
+
+
+def _last_one(mask: np.ndarray) -> int:
+    idx = np.flatnonzero(mask)
+    return int(idx[-1]) if idx.size else -1
+
+
+def fit_pair(
+    prompt: Sequence[int],
+    chosen: Sequence[int],
+    rejected: Sequence[int],
+    chosen_mask: np.ndarray,
+    rejected_mask: np.ndarray,
+    policy: FitPolicy,
+) -> FittedPair | str:
+    """The pair fitted to the policy, or the reason it cannot be trained ('empty_window' | 'too_long')."""
+    chosen_mask = np.asarray(chosen_mask, dtype=np.int8)
+    rejected_mask = np.asarray(rejected_mask, dtype=np.int8)
+    last_c, last_r = _last_one(chosen_mask), _last_one(rejected_mask)
+    if last_c < 0 or last_r < 0:
+        return "empty_window"
+    chosen, rejected = list(chosen), list(rejected)
+    trimmed = 0
+    if policy.trim_after_window:
+        trimmed = (len(chosen) - last_c - 1) + (len(rejected) - last_r - 1)
+        chosen, chosen_mask = chosen[: last_c + 1], chosen_mask[: last_c + 1]
+        rejected, rejected_mask = rejected[: last_r + 1], rejected_mask[: last_r + 1]
+    prompt = list(prompt)
+    dropped = 0
+    if policy.max_length is not None:
+        excess = len(prompt) + max(len(chosen), len(rejected)) - policy.max_length
+        if excess > 0:
+            starts = (
+                [i for i, t in enumerate(prompt) if t == policy.message_start_id]
+                if policy.message_start_id is not None
+                else []
+            )
+            keep = policy.keep_head_messages
+            head_end = 0 if keep == 0 else (starts[keep] if keep < len(starts) else len(prompt))
+            cut = head_end + excess
+            if cut > len(prompt):
+                return "too_long"
+            # Start the kept context at a message boundary where one follows the cut.
+            boundary = next((s for s in starts if s >= cut), None)
+            if boundary is not None:
+                cut = boundary
+            dropped = cut - head_end
+            prompt = prompt[:head_end] + prompt[cut:]
+    return FittedPair(
+        prompt_ids=prompt,
+        chosen_ids=chosen,
+        rejected_ids=rejected,
+        chosen_loss_mask=[int(x) for x in chosen_mask],
+        rejected_loss_mask=[int(x) for x in rejected_mask],
+        prompt_tokens_dropped=dropped,
+        tail_tokens_trimmed=trimmed,
+    )
+
+
+@dataclass
+class PairStats:
+    """What happened to every pair read, by kind; written to train/pairs_stats.json and logged."""
+
+    window_n: str = "3"
+    max_length: int | None = None
+    read: Counter = field(default_factory=Counter)
+    not_selected: Counter = field(default_factory=Counter)
+    empty_window: Counter = field(default_factory=Counter)
+    too_long: Counter = field(default_factory=Counter)
+    dropped_by_mix: Counter = field(default_factory=Counter)
+    prompt_truncated: Counter = field(default_factory=Counter)
+    trained: Counter = field(default_factory=Counter)
+    prompt_tokens_dropped: int = 0
+    tail_tokens_trimmed: int = 0
+    stored_mask_mismatch: int = 0
+    too_long_ids: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        out = {}
+        for name, value in self.__dict__.items():
+            out[name] = dict(sorted(value.items())) if isinstance(value, Counter) else value
+        out["too_long_ids"] = self.too_long_ids[:100]
+        return out
+
+    def report(self) -> str:
+        def fmt(c: Counter) -> str:
+            parts = ", ".join(f"{k} {c[k]}" for k in PAIR_KINDS if c[k])
+            return f"{sum(c.values())}" + (f" ({parts})" if parts else "")
+
+        lines = [
+            f"pairs: read {fmt(self.read)}; trained {fmt(self.trained)} "
+            f"[window n={self.window_n}, max_length={self.max_length}]"
+        ]
+        if sum(self.not_selected.values()):
+            lines.append(f"  not selected by train_pair_kinds: {fmt(self.not_selected)}")
+        if sum(self.dropped_by_mix.values()):
+            lines.append(f"  left out by train_local_fraction: {fmt(self.dropped_by_mix)}")
+        if sum(self.prompt_truncated.values()):
+            lines.append(
+                f"  oldest prompt messages dropped to fit max_length: {fmt(self.prompt_truncated)} pairs, "
+                f"{self.prompt_tokens_dropped} tokens"
+            )
+        if sum(self.too_long.values()):
+            lines.append(
+                f"  SKIPPED {fmt(self.too_long)} pairs that do not fit max_length={self.max_length} even with every "
+                f"droppable prompt message removed (raise max_length or lower train_keep_head_messages); "
+                f"e.g. {', '.join(self.too_long_ids[:3])}"
+            )
+        if sum(self.empty_window.values()):
+            lines.append(f"  skipped {fmt(self.empty_window)} pairs with no trainable token on one side")
+        if self.stored_mask_mismatch:
+            lines.append(
+                f"  note: {self.stored_mask_mismatch} pairs' stored loss masks differ from the mask rebuilt for "
+                f"n={self.window_n} (the rebuilt one is trained)"
+            )
+        return "\n".join(lines)
+
+
+def _stored_mask_applies(kind: str, row_window_n: int, n: int | None) -> bool:
+    return kind == "episode" or row_window_n == (-1 if n is None else n)
+
+
+def _mix(kinds: list[str], local_fraction: float, seed: int) -> np.ndarray:
+    """Indices kept so that local pairs make up `local_fraction` of the result (downsampling only)."""
+    kinds_arr = np.asarray(kinds)
+    local = np.flatnonzero(kinds_arr == "local")
+    episode = np.flatnonzero(kinds_arr == "episode")
+    if local_fraction < 0 or not local.size or not episode.size:
+        return np.arange(len(kinds))
+    rng = np.random.default_rng(seed)
+    if local.size / (local.size + episode.size) > local_fraction:
+        target = round(episode.size * local_fraction / (1 - local_fraction))
+        local = np.sort(rng.choice(local, size=max(1, min(target, local.size)), replace=False))
+    else:
+        target = round(local.size * (1 - local_fraction) / local_fraction)
+        episode = np.sort(rng.choice(episode, size=max(1, min(target, episode.size)), replace=False))
+    return np.sort(np.concatenate([local, episode]))
+
+
+def build_examples(
+    table: pa.Table,
+    kinds: Sequence[str] = PAIR_KINDS,
+    n: int | None = 3,
+    policy: FitPolicy | None = None,
+    local_fraction: float = -1.0,
+    seed: int = 0,
+    overflow: str = "skip",
+) -> tuple[list[dict], PairStats]:
+    """Token rows (TOKEN_COLUMNS + pair_id + kind) for the pairs in `table`, and what happened to each."""
+    policy = policy or FitPolicy()
+    stats = PairStats(window_n="all" if n is None else str(n), max_length=policy.max_length)
+    columns = [
+        "pair_id",
+        "kind",
+        "window_n",
+        "prompt_ids",
+        "chosen_ids",
+        "rejected_ids",
+        "chosen_role",
+        "rejected_role",
+        "chosen_turn",
+        "rejected_turn",
+        "chosen_loss_mask",
+        "rejected_loss_mask",
+    ]
+    missing = [c for c in columns if c not in table.column_names]
+    if missing:
+        raise ValueError(
+            f"pair table lacks columns {missing}: it is not PAIR_SCHEMA data (rerun the label stage)"
+        )
+    rows = table.select(columns).to_pylist()
+    fitted: list[dict] = []
+    for row in rows:
+        kind = row["kind"]
+        if kind not in KIND_IDS:
+            raise ValueError(
+                f"pair {row['pair_id']}: unknown kind {kind!r}; expected one of {', '.join(PAIR_KINDS)}"
+            )
+        stats.read[kind] += 1
+        if kind not in kinds:
+            stats.not_selected[kind] += 1
+            continue
+        cmask = loss_mask(row["chosen_role"], row["chosen_turn"], kind, n)
+        rmask = loss_mask(row["rejected_role"], row["rejected_turn"], kind, n)
+        if _stored_mask_applies(kind, row["window_n"], n) and (
+            cmask.tolist() != list(row["chosen_loss_mask"])
+            or rmask.tolist() != list(row["rejected_loss_mask"])
+        ):
+            stats.stored_mask_mismatch += 1
+        out = fit_pair(row["prompt_ids"], row["chosen_ids"], row["rejected_ids"], cmask, rmask, policy)
+        if out == "empty_window":
+            stats.empty_window[kind] += 1
+            continue
+        if out == "too_long":
+            if overflow == "error":
+                longest = len(row["prompt_ids"]) + max(len(row["chosen_ids"]), len(row["rejected_ids"]))
+                raise ValueError(
+                    f"pair {row['pair_id']} ({kind}, {longest} tokens) does not fit max_length={policy.max_length} "
+                    f"even after dropping every prompt message after the first {policy.keep_head_messages}: raise "
+                    f"max_length, lower train_keep_head_messages, or set train_overflow: skip to count and skip such pairs"
+                )
+            stats.too_long[kind] += 1
+            stats.too_long_ids.append(row["pair_id"])
+            continue
+        if out.prompt_tokens_dropped:
+            stats.prompt_truncated[kind] += 1
+            stats.prompt_tokens_dropped += out.prompt_tokens_dropped
+        stats.tail_tokens_trimmed += out.tail_tokens_trimmed
+        fitted.append(
+            {
+                "pair_id": row["pair_id"],
+                "kind": kind,
+                "prompt_ids": out.prompt_ids,
+                "chosen_ids": out.chosen_ids,
+                "rejected_ids": out.rejected_ids,
+                "chosen_loss_mask": out.chosen_loss_mask,
+                "rejected_loss_mask": out.rejected_loss_mask,
+            }
+        )
+    keep = _mix([r["kind"] for r in fitted], local_fraction, seed)
+    kept = set(keep.tolist())
+    for i, r in enumerate(fitted):
+        if i not in kept:
+            stats.dropped_by_mix[r["kind"]] += 1
+    examples = [fitted[i] for i in keep]
+    for r in examples:
+        stats.trained[r["kind"]] += 1
+    return examples, stats
+
+
+def examples_to_dataset(examples: list[dict]):
+    """A `datasets.Dataset` with compact column types (int32 ids, int8 masks)."""
+    from datasets import Dataset, Features, Sequence, Value
+
+    features = Features(
+        {
+            "pair_id": Value("string"),
+            "kind": Value("string"),
+            "prompt_ids": Sequence(Value("int32")),
+            "chosen_ids": Sequence(Value("int32")),
+            "rejected_ids": Sequence(Value("int32")),
+            "chosen_loss_mask": Sequence(Value("int8")),
+            "rejected_loss_mask": Sequence(Value("int8")),
+        }
+    )
+    data = {name: [r[name] for r in examples] for name in features}
+    return Dataset.from_dict(data, features=features)
+
+
+def fit_policy_from_config(cfg, tokenizer=None) -> FitPolicy:
+    """FitPolicy from a TrainConfig; the message-start id comes from the tokenizer when given."""
+    start_id = None
+    if tokenizer is not None and cfg.train_message_start_token:
+        tid = tokenizer.convert_tokens_to_ids(cfg.train_message_start_token)
+        unk = getattr(tokenizer, "unk_token_id", None)
+        start_id = tid if isinstance(tid, int) and tid != unk else None
+    return FitPolicy(
+        max_length=cfg.max_length,
+        keep_head_messages=cfg.train_keep_head_messages,
+        message_start_id=start_id,
+        trim_after_window=cfg.train_trim_after_window,
+    )
+
+
+def build_from_config(table: pa.Table, cfg, tokenizer=None) -> tuple[list[dict], PairStats]:
+    """build_examples with every knob taken from a TrainConfig."""
+    return build_examples(
+        table,
+        kinds=cfg.kinds,
+        n=cfg.window_turns,
+        policy=fit_policy_from_config(cfg, tokenizer),
+        local_fraction=cfg.train_local_fraction,
+        seed=cfg.seed,
+        overflow=cfg.train_overflow,
+    )

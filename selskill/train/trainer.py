@@ -1,0 +1,193 @@
+"""TRL's DPOTrainer with a per-token loss mask, and nothing else changed.
+
+TRL 1.16 computes every log-probability (policy and reference, on the fly or precomputed)
+from `completion_mask`: tokens where it is 0 get label -100, a log-prob of exactly 0 and no
+gradient. So the whole method is: a collator that puts our loss mask into `completion_mask`,
+a `_prepare_dataset` that lets pre-tokenized rows through (the stock one re-tokenizes text),
+and signature columns that keep the mask columns. Loss, reference handling, DeepSpeed/DDP,
+precompute and logging stay TRL's.
+
+The overridden hooks are private to trl: trl is pinned (pyproject) and
+tests/test_train_trainer.py::test_trl_contract fails loudly if an upgrade changes them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from trl import DPOTrainer
+from trl.trainer.dpo_trainer import DataCollatorForPreference
+from trl.trainer.utils import pad
+
+from selskill.data.schema import PAIR_KINDS
+from selskill.train.pairs import KIND_IDS, TOKEN_COLUMNS
+
+# trl's hooks this module relies on, and the trl version they were checked against.
+TRL_VERSION = "1.16.0"
+OVERRIDDEN_HOOKS = (
+    "_prepare_dataset",
+    "_set_signature_columns_if_needed",
+    "compute_ref_log_probs",
+    "compute_loss",
+)
+EXTRA_COLUMNS = ("chosen_loss_mask", "rejected_loss_mask", "kind")
+
+
+@dataclass
+class MaskedPreferenceCollator(DataCollatorForPreference):
+    """DataCollatorForPreference whose `completion_mask` is the row's loss mask instead of all-ones.
+
+    Sequences are [prompt + chosen] for the first half of the batch and [prompt + rejected] for
+    the second, right-padded, as TRL expects. Rows must already fit `max_length` (see
+    selskill.train.pairs): this collator never truncates, so it can never cut a trained window.
+    Adds `pair_kind` (0 episode, 1 local) for the per-kind metrics.
+    """
+
+    def torch_call(self, examples: list[dict[str, Any]]) -> dict[str, Any]:
+        input_ids, completion_mask = [], []
+        for side in ("chosen", "rejected"):
+            for ex in examples:
+                ids = list(ex["prompt_ids"]) + list(ex[f"{side}_ids"])
+                mask = [0] * len(ex["prompt_ids"]) + [int(m) for m in ex[f"{side}_loss_mask"]]
+                if len(mask) != len(ids):
+                    raise ValueError(
+                        f"pair {ex.get('pair_id', '?')}: {side}_loss_mask has {len(ex[f'{side}_loss_mask'])} entries "
+                        f"for {len(ex[f'{side}_ids'])} {side} tokens; build rows with selskill.train.pairs.build_examples"
+                    )
+                if self.max_length is not None and len(ids) > self.max_length:
+                    raise ValueError(
+                        f"pair {ex.get('pair_id', '?')}: {len(ids)} tokens exceed max_length={self.max_length}; fit "
+                        f"rows with selskill.train.pairs.build_examples (it never cuts the trained window)"
+                    )
+                input_ids.append(torch.tensor(ids, dtype=torch.long))
+                completion_mask.append(torch.tensor(mask, dtype=torch.long))
+        attention_mask = [torch.ones_like(ids) for ids in input_ids]
+        kw = {"padding_side": "right", "pad_to_multiple_of": self.pad_to_multiple_of}
+        output = {
+            "input_ids": pad(input_ids, padding_value=self.pad_token_id, **kw),
+            "attention_mask": pad(attention_mask, padding_value=0, **kw),
+            "completion_mask": pad(completion_mask, padding_value=0, **kw),
+            "pair_kind": torch.tensor(
+                [KIND_IDS[ex.get("kind", "episode")] for ex in examples], dtype=torch.long
+            ),
+        }
+        for key in ("ref_chosen_logps", "ref_rejected_logps"):
+            if key in examples[0]:
+                output[key] = torch.tensor([ex[key] for ex in examples])
+        return output
+
+
+class SelSkillDPOTrainer(DPOTrainer):
+    """DPOTrainer on pre-tokenized pair rows with per-token loss masks (columns: TOKEN_COLUMNS + kind).
+
+    Logs TRL's metrics over the whole batch plus `<kind>/rewards/{chosen,rejected,margins,accuracies}`
+    and `<kind>/loss` (sigmoid loss) per pair kind.
+    """
+
+    def __init__(self, model, ref_model=None, args=None, data_collator=None, processing_class=None, **kwargs):
+        if data_collator is None:
+            if processing_class is None:
+                raise ValueError(
+                    "SelSkillDPOTrainer needs the tokenizer as processing_class (its pad token pads the batches)"
+                )
+            tok = getattr(processing_class, "tokenizer", processing_class)
+            pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+            if pad_id is None:
+                raise ValueError("the tokenizer has neither a pad nor an eos token: set tokenizer.pad_token")
+            data_collator = MaskedPreferenceCollator(
+                pad_token_id=pad_id,
+                max_length=args.max_length if args is not None else None,
+                pad_to_multiple_of=args.pad_to_multiple_of if args is not None else None,
+            )
+        self._capture: dict[str, list[torch.Tensor]] | None = None
+        super().__init__(
+            model,
+            ref_model=ref_model,
+            args=args,
+            data_collator=data_collator,
+            processing_class=processing_class,
+            **kwargs,
+        )
+        self._hooks = [self.model.register_forward_hook(self._capture_hook("policy"))]
+        if self.ref_model is not None:
+            ref = getattr(self.ref_model, "module", self.ref_model)  # DeepSpeed engine / DDP wrapper
+            self._hooks.append(ref.register_forward_hook(self._capture_hook("ref")))
+
+    # --- the three overrides NOTES.md names -------------------------------------------------------------
+
+    def _prepare_dataset(self, dataset, processing_class, args, dataset_name):
+        """Rows are already tokenized and fitted (selskill.train.pairs): check, then pass through."""
+        names = dataset.column_names
+        if names is None:  # IterableDataset without known features
+            names = list(next(iter(dataset)).keys())
+        missing = [c for c in TOKEN_COLUMNS if c not in names]
+        if missing:
+            raise ValueError(
+                f"the {dataset_name} dataset lacks columns {missing}: SelSkillDPOTrainer trains pre-tokenized pair rows "
+                f"with loss masks; build them from pair shards with selskill.train.pairs.build_examples"
+            )
+        return dataset
+
+    def _set_signature_columns_if_needed(self):
+        super()._set_signature_columns_if_needed()
+        self._signature_columns = list(self._signature_columns) + [
+            c for c in EXTRA_COLUMNS if c not in self._signature_columns
+        ]
+
+    # (the collator above is the third)
+
+    # --- per-kind metrics --------------------------------------------------------------------------------
+
+    def _capture_hook(self, name: str):
+        def hook(module, args, output):
+            if self._capture is not None and getattr(output, "log_probs", None) is not None:
+                self._capture[name].append(output.log_probs.detach().sum(dim=1))
+
+        return hook
+
+    def compute_ref_log_probs(self, model, inputs):
+        inputs = {k: v for k, v in inputs.items() if k != "pair_kind"}
+        return super().compute_ref_log_probs(model, inputs)
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        kinds = inputs.pop("pair_kind", None)
+        per_kind = kinds is not None and self.ld_alpha is None and self.f_divergence_type == "reverse_kl"
+        self._capture = {"policy": [], "ref": []} if per_kind else None
+        try:
+            result = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+            if per_kind:
+                self._log_per_kind(kinds, inputs)
+        finally:
+            self._capture = None
+        return result
+
+    def _log_per_kind(self, kinds: torch.Tensor, inputs: dict) -> None:
+        policy, ref = self._capture["policy"], self._capture["ref"]
+        if not policy:
+            return
+        logps = policy[0]
+        if "ref_chosen_logps" in inputs:
+            ref_logps = torch.cat([inputs["ref_chosen_logps"], inputs["ref_rejected_logps"]]).to(logps)
+        elif ref:
+            ref_logps = ref[0]
+        elif len(policy) > 1:  # PEFT: the reference is the policy with its adapter disabled
+            ref_logps = policy[1]
+        else:
+            return
+        chosen, rejected = (self.beta * (logps - ref_logps)).chunk(2)
+        gathered = self.accelerator.gather(torch.stack([chosen, rejected, kinds.to(chosen).float()], dim=1))
+        mode = "train" if self.model.training else "eval"
+        for kind in PAIR_KINDS:
+            sel = gathered[gathered[:, 2] == KIND_IDS[kind]]
+            if not len(sel):
+                continue
+            margins = sel[:, 0] - sel[:, 1]
+            self._metrics[mode][f"{kind}/rewards/chosen"].append(sel[:, 0].mean().item())
+            self._metrics[mode][f"{kind}/rewards/rejected"].append(sel[:, 1].mean().item())
+            self._metrics[mode][f"{kind}/rewards/margins"].append(margins.mean().item())
+            self._metrics[mode][f"{kind}/rewards/accuracies"].append((margins > 0).float().mean().item())
+            if self.loss_types == ["sigmoid"]:
+                loss = -torch.nn.functional.logsigmoid(margins).mean().item()
+                self._metrics[mode][f"{kind}/loss"].append(loss)

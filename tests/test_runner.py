@@ -1,0 +1,192 @@
+"""The episode runner: exact token records, forced forks, failures recorded rather than raised."""
+
+import pytest
+
+from selskill.agent.runner import EpisodeRunner, EpisodeSpec, ForkStart, RunnerConfig
+from selskill.agent.transcript import MALFORMED_COMMAND
+from selskill.agent.turn_format import TurnFormat, forced_prefix, render_action, render_skill_call
+from selskill.data.schema import ROLE_ASSISTANT, ROLE_OBSERVATION, ROLE_PROMPT, ROLE_SKILL_RETURN
+from selskill.envs.alfworld import AlfworldEnv, find_games
+from selskill.envs.base import EnvError
+from selskill.policy.base import Generation
+from selskill.policy.hf import HFPolicy
+from selskill.skills import load_alfworld_skills
+
+FMT = TurnFormat(style="compact", admissible_style="local")
+
+
+@pytest.fixture(scope="module")
+def policy(tiny_model_dir):
+    return HFPolicy(str(tiny_model_dir), batch_size=8)
+
+
+@pytest.fixture(scope="module")
+def index(small_games):
+    return find_games(small_games)
+
+
+def _runner(policy, index, **cfg):
+    return EpisodeRunner(
+        policy,
+        lambda: AlfworldEnv(index),
+        load_alfworld_skills(),
+        FMT,
+        RunnerConfig(**{"max_env_steps": 6, "max_new_tokens": 16, **cfg}),
+    )
+
+
+class ScriptedPolicy:
+    """Test double: replies with scripted assistant texts; logprob/entropy are placeholders."""
+
+    def __init__(self, inner, texts):
+        self.inner, self.texts, self.policy_id = inner, list(texts), "scripted"
+
+    @property
+    def tokenizer(self):
+        return self.inner.tokenizer
+
+    def generate(self, requests, params):
+        eot = params.stop_token_ids[0]
+        out = []
+        for _ in requests:
+            text = self.texts.pop(0) if len(self.texts) > 1 else self.texts[0]
+            ids = self.tokenizer.encode(text, add_special_tokens=False) + [eot]
+            out.append([Generation(ids, [-1.0] * len(ids), [0.5] * len(ids), "stop")])
+        return out
+
+
+def test_token_records_match_a_teacher_forced_pass(policy, index):
+    runner = _runner(policy, index)
+    rows = runner.run(
+        [EpisodeSpec(f"e{i}", t, seed=i) for i, t in enumerate(AlfworldEnv(index).task_ids()[:3])]
+    )
+    for row in rows:
+        n = len(row["token_ids"])
+        assert len(row["logprob"]) == len(row["entropy"]) == len(row["role"]) == len(row["turn"]) == n
+        assert row["role"][: row["n_prompt_tokens"]] == [ROLE_PROMPT] * row["n_prompt_tokens"]
+        assert row["termination"] in ("step_limit", "won", "context_limit")
+        for t in row["turns"][:3]:
+            s, e = t["start"], t["end"]
+            generated = (
+                e
+                - s
+                - (
+                    0
+                    if row["token_ids"][e - 1] == policy.tokenizer.eos_token_id
+                    and row["logprob"][e - 1] != 0.0
+                    else 1
+                )
+            )
+            lp, ent = policy.score(row["token_ids"][:s], row["token_ids"][s:e])
+            for i in range(generated):
+                assert abs(lp[i] - row["logprob"][s + i]) < 1e-4
+                assert abs(ent[i] - row["entropy"][s + i]) < 1e-4
+            assert set(row["role"][s:e]) == {ROLE_ASSISTANT}
+
+
+def test_same_seed_same_episode_regardless_of_batch(policy, index):
+    task = AlfworldEnv(index).task_ids()[0]
+    alone = _runner(policy, index).run([EpisodeSpec("a", task, seed=11)])[0]
+    others = [EpisodeSpec(f"o{i}", t, seed=50 + i) for i, t in enumerate(AlfworldEnv(index).task_ids()[1:4])]
+    batched = _runner(policy, index).run([*others, EpisodeSpec("a", task, seed=11)])[-1]
+    assert alone["token_ids"] == batched["token_ids"]
+
+
+def test_actions_skills_and_malformed_turns_are_recorded(policy, index):
+    task = next(t for t in AlfworldEnv(index).task_ids() if "pick_heat" in t)
+    texts = [
+        render_skill_call("heat_object"),
+        "go to desk 1",
+        render_skill_call("no_such_skill"),
+        render_skill_call("common_mistakes"),
+        render_action("look"),
+        render_action("inventory"),
+    ]
+    runner = _runner(ScriptedPolicy(policy, texts), index)
+    row = runner.run([EpisodeSpec("s", task, seed=0)])[0]
+    kinds = [t["kind"] for t in row["turns"]]
+    assert kinds[:4] == ["skill", "malformed", "malformed", "skill"]
+    heat, bare, unknown, memory = row["turns"][:4]
+    assert heat["exec_precise"] is False and heat["exec_error"] == "precondition_failed:holding_object"
+    assert (
+        bare["reason"] == "missing_tags"
+        and bare["commands"] == [MALFORMED_COMMAND]
+        and bare["env_steps"] == 1
+    )
+    assert unknown["exec_precise"] is False and unknown["exec_error"].startswith("unknown_skill")
+    assert memory["exec_precise"] is True and memory["env_steps"] == 0
+    assert row["n_skill_calls"] == 3 and row["n_precise_calls"] == 1 and row["n_malformed"] == 2
+    # skill-return tokens follow the memory call, observation tokens follow the bare text
+    assert (
+        ROLE_SKILL_RETURN in row["role"][memory["end"] :] and ROLE_OBSERVATION in row["role"][bare["end"] :]
+    )
+
+
+class ExplodingEnv(AlfworldEnv):
+    def step(self, command):
+        if command == "look":
+            raise EnvError("engine exploded")
+        return super().step(command)
+
+
+def test_environment_error_ends_only_that_episode(policy, index):
+    tasks = AlfworldEnv(index).task_ids()[:2]
+    texts = [
+        render_action("look"),
+        render_action("inventory"),
+        render_action("inventory"),
+        render_action("inventory"),
+        render_action("inventory"),
+        render_action("inventory"),
+    ]
+    runner = EpisodeRunner(
+        ScriptedPolicy(policy, texts),
+        lambda: ExplodingEnv(index),
+        load_alfworld_skills(),
+        FMT,
+        RunnerConfig(max_env_steps=3, concurrent_episodes=2),
+    )
+    a, b = runner.run([EpisodeSpec("a", tasks[0], seed=0), EpisodeSpec("b", tasks[1], seed=1)])
+    assert a["termination"] == "error" and "engine exploded" in a["error"] and a["n_turns"] == 1
+    assert b["termination"] == "step_limit" and b["env_steps"] == 3
+
+
+def test_forced_fork_reproduces_the_prefix_exactly(policy, index):
+    task = next(t for t in AlfworldEnv(index).task_ids() if "pick_heat" in t)
+    source = _runner(policy, index, max_env_steps=5).run([EpisodeSpec("src", task, seed=3)])[0]
+    branch = 2
+    t = source["turns"][branch]
+    offset = t["start"]
+    turns_before = source["turns"][:branch]
+    import json
+
+    messages = json.loads(source["messages"])[: 2 + 2 * branch]
+    commands = [c for turn in turns_before for c in turn["commands"]]
+    fork = ForkStart(
+        source["token_ids"][:offset],
+        source["logprob"][:offset],
+        source["entropy"][:offset],
+        source["role"][:offset],
+        source["turn"][:offset],
+        turns_before,
+        messages,
+        commands,
+        sum(x["env_steps"] for x in turns_before),
+        forced_prefix("invoke", "heat_object"),
+        cache_from="src-prefix",
+    )
+    runner = _runner(policy, index, max_env_steps=7)
+    row = runner.run(
+        [EpisodeSpec("f0", task, seed=9, fork=fork), EpisodeSpec("f1", task, seed=10, fork=fork)]
+    )[0]
+    assert row["token_ids"][:offset] == source["token_ids"][:offset]
+    forced_ids = policy.tokenizer.encode(forced_prefix("invoke", "heat_object"), add_special_tokens=False)
+    assert row["token_ids"][offset : offset + len(forced_ids)] == forced_ids
+    assert row["turns"][branch]["forced"] and row["turns"][branch]["text"].startswith(
+        '<tool_call>{"name": "heat_object"'
+    )
+    assert row["turns"][:branch] == source["turns"][:branch]
+    # generated tokens after the forced opening are scored exactly from the exact prefix
+    s, e = offset + len(forced_ids), row["turns"][branch]["end"] - 1
+    lp, _ = policy.score(row["token_ids"][:s], row["token_ids"][s:e])
+    assert max(abs(a - b) for a, b in zip(lp, row["logprob"][s:e], strict=True)) < 1e-4
