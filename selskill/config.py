@@ -76,10 +76,56 @@ class PolicyConfig:
 
 
 def recipe_dataclasses() -> tuple[type, ...]:
-    """Every dataclass a recipe is parsed into (each stage adds its own here)."""
+    """Every dataclass a recipe is parsed into (each defined next to the stage it configures)."""
+    from selskill.policy.init_sft import InitConfig
+    from selskill.stages.branch import BranchConfig
+    from selskill.stages.context import GamesConfig, RolloutConfig
+    from selskill.stages.evaluate import EvalConfig
+    from selskill.stages.fork import ForkConfig
+    from selskill.stages.label import LabelConfig
+    from selskill.stages.sample import SampleConfig
     from selskill.train.config import TrainConfig
 
-    return (RunConfig, PolicyConfig, TrainConfig)
+    return (
+        RunConfig,
+        PolicyConfig,
+        GamesConfig,
+        RolloutConfig,
+        InitConfig,
+        SampleConfig,
+        BranchConfig,
+        ForkConfig,
+        LabelConfig,
+        TrainConfig,
+        EvalConfig,
+    )
+
+
+class Recipe:
+    """A parsed recipe: one attribute per stage section, `seed` is the recipe-wide seed."""
+
+    _NAMES = {
+        "RunConfig": "run",
+        "PolicyConfig": "policy",
+        "GamesConfig": "games",
+        "RolloutConfig": "rollout",
+        "InitConfig": "init",
+        "SampleConfig": "sample",
+        "BranchConfig": "branch",
+        "ForkConfig": "fork",
+        "LabelConfig": "label",
+        "TrainConfig": "train",
+        "EvalConfig": "eval",
+    }
+
+    def __init__(self, sections):
+        self.sections = list(sections)
+        for s in self.sections:
+            setattr(self, self._NAMES.get(type(s).__name__, type(s).__name__), s)
+
+    @property
+    def seed(self) -> int:
+        return int(self.train.seed)
 
 
 def parse_recipe(argv: Sequence[str] | None = None, dataclass_types: Sequence[type] | None = None):
@@ -97,3 +143,32 @@ def parse_recipe(argv: Sequence[str] | None = None, dataclass_types: Sequence[ty
                 f"{exc}\nValid keys include: {', '.join(k for k in known if not k.startswith('_'))[:2000]}"
             ) from None
         raise
+
+
+def load_recipe(argv: Sequence[str] | None = None) -> Recipe:
+    """`parse_recipe` wrapped as a `Recipe` (what every entry point uses)."""
+    return Recipe(parse_recipe(argv))
+
+
+def make_parser():
+    """The TrlParser over every recipe dataclass (`--help` of any stage lists every key)."""
+    from trl import TrlParser
+
+    return TrlParser(recipe_dataclasses())
+
+
+def run_entry(stage_fn, argv: Sequence[str] | None = None) -> int:
+    """Parse the recipe and run `stage_fn(recipe)`; bad input exits 2, missing upstream outputs 1."""
+    import sys
+
+    try:
+        recipe = load_recipe(argv)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        stage_fn(recipe)
+    except FileNotFoundError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0

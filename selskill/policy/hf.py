@@ -322,6 +322,51 @@ class HFPolicy:
     # -- scoring -----------------------------------------------------------------------
 
     @torch.inference_mode()
+    def score_continuations(
+        self, prefix_ids: Sequence[int], continuations: Sequence[Sequence[int]]
+    ) -> list[float]:
+        """Total logprob of each continuation after one shared prefix (one prefill, one batch)."""
+        from transformers import DynamicCache
+
+        prefix = list(prefix_ids)
+        conts = [list(c) for c in continuations]
+        if not conts:
+            return []
+        cache = DynamicCache()
+        out = self.model(
+            input_ids=torch.tensor([prefix], device=self.device),
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        first = torch.log_softmax(out.logits[0, -1].float(), -1)
+        B, width = len(conts), max(len(c) for c in conts)
+        cache.batch_repeat_interleave(B)
+        ids = torch.full((B, width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros(B, len(prefix) + width, dtype=torch.long)
+        mask[:, : len(prefix)] = 1
+        for i, c in enumerate(conts):
+            ids[i, : len(c)] = torch.tensor(c)
+            mask[i, len(prefix) : len(prefix) + len(c)] = 1
+        positions = torch.arange(len(prefix), len(prefix) + width).expand(B, width)
+        logits = self.model(
+            input_ids=ids.to(self.device),
+            attention_mask=mask.to(self.device),
+            position_ids=positions.to(self.device),
+            past_key_values=cache,
+            use_cache=True,
+        ).logits
+        totals = []
+        for i, c in enumerate(conts):
+            lp = torch.log_softmax(logits[i, : len(c) - 1].float(), -1) if len(c) > 1 else None
+            total = float(first[c[0]])
+            if lp is not None:
+                total += float(lp.gather(1, torch.tensor(c[1:], device=lp.device).view(-1, 1)).sum())
+            totals.append(total)
+        self._stats.prompt_tokens += len(prefix) + sum(len(c) for c in conts)
+        return totals
+
+    @torch.inference_mode()
     def score(
         self, prompt_ids: Sequence[int], continuation_ids: Sequence[int]
     ) -> tuple[list[float], list[float]]:

@@ -1,0 +1,118 @@
+"""The paper's metrics, one definition each, computed from rollout rows.
+
+- SR: share of episodes won.
+- Exec. Prec.: precise skill calls / all skill calls. A call is any turn that opens a
+  `<tool_call>`; it is precise when it is well formed, names a listed skill and (executable)
+  every expanded action is admissible and takes effect, or (memory) returns content.
+- SR@Invoke / SR@Skip: SR among episodes with >= 1 / no skill call.
+- Skill/ep: skill calls per episode. Avg. Steps: environment steps per episode (an
+  executable skill counts the actions it ran). Malformed rate: malformed turns / turns.
+
+Confidence intervals are 95% percentile bootstraps over episodes (seeded, so a report is
+reproducible); ratio metrics resample episodes, not calls.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import defaultdict
+from collections.abc import Sequence
+
+METRICS = ("sr", "exec_prec", "sr_invoke", "sr_skip", "skill_per_ep", "avg_steps", "malformed_rate")
+LABELS = {
+    "sr": "SR",
+    "exec_prec": "Exec. Prec.",
+    "sr_invoke": "SR@Invoke",
+    "sr_skip": "SR@Skip",
+    "skill_per_ep": "Skill/ep",
+    "avg_steps": "Avg. Steps",
+    "malformed_rate": "Malformed",
+}
+PERCENT = {"sr", "exec_prec", "sr_invoke", "sr_skip", "malformed_rate"}
+
+
+def _episode(row: dict) -> tuple:
+    return (
+        bool(row["success"]),
+        int(row["n_skill_calls"]),
+        int(row["n_precise_calls"]),
+        int(row["env_steps"]),
+        int(row["n_malformed"]),
+        int(row["n_turns"]),
+    )
+
+
+def _point(eps: Sequence[tuple]) -> dict:
+    n = len(eps)
+    if n == 0:
+        return {m: None for m in METRICS} | {"episodes": 0}
+    calls = sum(e[1] for e in eps)
+    invoked = [e for e in eps if e[1] > 0]
+    skipped = [e for e in eps if e[1] == 0]
+    turns = sum(e[5] for e in eps)
+    return {
+        "episodes": n,
+        "sr": sum(e[0] for e in eps) / n,
+        "exec_prec": sum(e[2] for e in eps) / calls if calls else None,
+        "sr_invoke": sum(e[0] for e in invoked) / len(invoked) if invoked else None,
+        "sr_skip": sum(e[0] for e in skipped) / len(skipped) if skipped else None,
+        "skill_per_ep": calls / n,
+        "avg_steps": sum(e[3] for e in eps) / n,
+        "malformed_rate": sum(e[4] for e in eps) / turns if turns else 0.0,
+        "skill_calls": calls,
+        "episodes_invoked": len(invoked),
+    }
+
+
+def compute_metrics(rows: Sequence[dict], n_boot: int = 1000, seed: int = 0) -> dict:
+    """Point estimates and 95% bootstrap intervals of every metric."""
+    eps = [_episode(r) for r in rows]
+    out = _point(eps)
+    if not eps or n_boot <= 0:
+        return out | {"ci": {}}
+    rng = random.Random(seed)
+    samples = defaultdict(list)
+    for _ in range(n_boot):
+        draw = _point([eps[rng.randrange(len(eps))] for _ in eps])
+        for m in METRICS:
+            if draw[m] is not None:
+                samples[m].append(draw[m])
+    ci = {}
+    for m, vals in samples.items():
+        vals.sort()
+        ci[m] = [vals[int(0.025 * (len(vals) - 1))], vals[int(0.975 * (len(vals) - 1))]]
+    return out | {"ci": ci}
+
+
+def metrics_by_task_type(rows: Sequence[dict], n_boot: int = 1000, seed: int = 0) -> dict:
+    groups = defaultdict(list)
+    for r in rows:
+        groups[r["task_type"]].append(r)
+    return {t: compute_metrics(g, n_boot, seed) for t, g in sorted(groups.items())}
+
+
+def paired_sr_difference(a: Sequence[dict], b: Sequence[dict], n_boot: int = 2000, seed: int = 0) -> dict:
+    """SR(b) - SR(a) over the same tasks (paired by task id), with a paired bootstrap CI."""
+    sa = {r["task_id"]: bool(r["success"]) for r in a}
+    sb = {r["task_id"]: bool(r["success"]) for r in b}
+    common = sorted(set(sa) & set(sb))
+    if not common:
+        return {"tasks": 0, "diff": None, "ci": None}
+    diffs = [int(sb[t]) - int(sa[t]) for t in common]
+    rng = random.Random(seed)
+    boots = sorted(sum(diffs[rng.randrange(len(diffs))] for _ in diffs) / len(diffs) for _ in range(n_boot))
+    return {
+        "tasks": len(common),
+        "diff": sum(diffs) / len(diffs),
+        "ci": [boots[int(0.025 * (n_boot - 1))], boots[int(0.975 * (n_boot - 1))]],
+    }
+
+
+def format_value(metric: str, value, ci=None) -> str:
+    if value is None:
+        return "-"
+    if metric in PERCENT:
+        text = f"{100 * value:.1f}"
+        return f"{text} [{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]" if ci else text
+    text = f"{value:.2f}"
+    return f"{text} [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else text

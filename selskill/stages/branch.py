@@ -1,0 +1,181 @@
+"""Branch stage: pick the decision points of each rollout worth forking.
+
+Two pools, as in the paper: *post_skill* points are turns where the policy invoked a
+listed skill (the invoke/skip question is explicit there; the candidate skill is the one
+it invoked), *ordinary* points are turns where it acted directly (the candidate skill is
+the listed skill the policy itself rates most likely after a forced `<tool_call>`
+opening). Strategy `entropy` keeps the top-k of each pool by turn score; `random` draws
+k of each pool; `all_skill` keeps every post_skill point (the paper's Appendix E).
+
+Turn score: mean entropy over the first m generated tokens of the turn (the paper, m=10),
+or the entropy of the decision token itself (where the model chooses `<action>` vs
+`<tool_call>`). Malformed turns are never branch points.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+from selskill.agent.parser import parse_turn
+from selskill.agent.turn_format import forced_prefix
+from selskill.config import PolicyConfig, RunConfig
+from selskill.data.layout import StageDir
+from selskill.stages.common import (
+    StageStats,
+    read_stage,
+    run_rank,
+    shard_items,
+    stable_seed,
+    write_stage_config,
+)
+from selskill.stages.context import RolloutConfig, load_policy, sampling_policy_path
+
+STRATEGIES = ("entropy", "random", "all_skill")
+SCORES = ("mean_first_m", "decision")
+
+
+@dataclass
+class BranchConfig:
+    branch_strategy: str = field(default="entropy", metadata={"help": "entropy | random | all_skill"})
+    branch_top_post_skill: int = field(
+        default=3, metadata={"help": "points per rollout from turns that invoked a skill"}
+    )
+    branch_top_ordinary: int = field(
+        default=3, metadata={"help": "points per rollout from ordinary action turns"}
+    )
+    branch_score: str = field(default="mean_first_m", metadata={"help": "mean_first_m | decision"})
+    branch_score_m: int = field(default=10, metadata={"help": "m of mean_first_m (the paper: 10)"})
+
+    def __post_init__(self):
+        if self.branch_strategy not in STRATEGIES:
+            raise ValueError(f"branch_strategy must be one of {STRATEGIES}; got {self.branch_strategy!r}")
+        if self.branch_score not in SCORES:
+            raise ValueError(f"branch_score must be one of {SCORES}; got {self.branch_score!r}")
+
+
+def decision_token_index(tokenizer, ids: list[int], char_offset: int) -> int:
+    """Index of the token where the decision text (at `char_offset` of the decoded turn) begins."""
+    if char_offset <= 0:
+        return 0
+    for i in range(1, len(ids) + 1):
+        if len(tokenizer.decode(ids[:i], skip_special_tokens=False)) > char_offset:
+            return i - 1
+    return len(ids)
+
+
+def turn_scores(row: dict, turn: dict, decision_idx: int, cfg: BranchConfig) -> float:
+    """Entropy score of one turn from its generated tokens (forced / appended tokens have logprob 0)."""
+    start, end = turn["start"], turn["end"]
+    generated = [i for i in range(start, end) if row["logprob"][i] != 0.0 or row["entropy"][i] != 0.0]
+    if not generated:
+        return 0.0
+    if cfg.branch_score == "decision":
+        pos = start + decision_idx
+        return float(row["entropy"][pos]) if pos < end else 0.0
+    first = generated[: cfg.branch_score_m]
+    return float(sum(row["entropy"][i] for i in first) / len(first))
+
+
+def select_points(candidates: list[dict], cfg: BranchConfig, rng: random.Random) -> list[dict]:
+    """candidates: dicts with pool and score; returns the chosen ones (ordered by turn)."""
+    chosen = []
+    for pool, k in (("post_skill", cfg.branch_top_post_skill), ("ordinary", cfg.branch_top_ordinary)):
+        items = [c for c in candidates if c["pool"] == pool]
+        if cfg.branch_strategy == "all_skill":
+            if pool == "post_skill":
+                chosen += items
+            continue
+        if cfg.branch_strategy == "random":
+            chosen += rng.sample(items, min(k, len(items)))
+        else:  # entropy: highest score first, earlier turn breaks ties
+            chosen += sorted(items, key=lambda c: (-c["score"], c["turn_index"]))[:k]
+    return sorted(chosen, key=lambda c: c["turn_index"])
+
+
+def branch_candidates(row: dict, tokenizer, skill_names, cfg: BranchConfig) -> list[dict]:
+    out = []
+    steps_before = 0
+    for t_index, turn in enumerate(row["turns"]):
+        parsed = parse_turn(turn["text"], skill_names)
+        if parsed.kind != "malformed":
+            turn_ids = row["token_ids"][turn["start"] : turn["end"]]
+            d_idx = decision_token_index(tokenizer, turn_ids, parsed.decision_start or 0)
+            out.append(
+                {
+                    "turn_index": t_index,
+                    "token_offset": turn["start"] + d_idx,
+                    "pool": "post_skill" if parsed.kind == "skill" else "ordinary",
+                    "score": turn_scores(row, turn, d_idx, cfg),
+                    "candidate_skill": parsed.skill if parsed.kind == "skill" else "",
+                    "original_decision": "invoke" if parsed.kind == "skill" else "skip",
+                    "source_env_steps_before": steps_before,
+                }
+            )
+        steps_before += turn["env_steps"]
+    return out
+
+
+def likeliest_skill(policy, prefix_ids: list[int], skill_names) -> str:
+    """The listed skill the policy rates most likely after a forced `<tool_call>` opening."""
+    tok = policy.tokenizer
+    conts = [tok.encode(forced_prefix("invoke", s), add_special_tokens=False) for s in skill_names]
+    if hasattr(policy, "score_continuations"):
+        totals = policy.score_continuations(prefix_ids, conts)
+    else:
+        totals = [sum(policy.score(prefix_ids, c)[0]) for c in conts]
+    best = max(range(len(conts)), key=lambda i: (totals[i], -i))
+    return list(skill_names)[best]
+
+
+def run_branch(
+    run: RunConfig, pol: PolicyConfig, rollout: RolloutConfig, cfg: BranchConfig, seed: int
+) -> bool:
+    from selskill.skills import load_alfworld_skills
+
+    stage = StageDir.of(run.runs_dir, run.exp, run.round, "branch")
+    write_stage_config(stage, [run, pol, rollout, cfg])
+
+    def compute(stats: StageStats) -> list[dict]:
+        rollouts = read_stage(StageDir.of(run.runs_dir, run.exp, run.round, "sample"), "rollout")
+        rows = sorted(rollouts.to_pylist(), key=lambda r: r["rollout_id"])
+        mine = shard_items(rows, run.rank, run.world_size)
+        from transformers import AutoTokenizer
+
+        names = load_alfworld_skills().names
+        path = sampling_policy_path(run, pol)
+        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=pol.trust_remote_code)
+        policy = None  # loaded only if an ordinary point needs its candidate skill
+        out = []
+        for row in mine:
+            rng = random.Random(stable_seed(seed, run.round, "branch", row["rollout_id"]))
+            cands = branch_candidates(row, tokenizer, names, cfg)
+            stats.extra["candidates"] = stats.extra.get("candidates", 0) + len(cands)
+            for c in select_points(cands, cfg, rng):
+                if c["pool"] == "ordinary":
+                    if policy is None:
+                        policy = load_policy(pol, path, rollout, seed)
+                    c["candidate_skill"] = likeliest_skill(
+                        policy, row["token_ids"][: c["token_offset"]], names
+                    )
+                out.append(
+                    {
+                        "branch_id": f"{row['rollout_id']}/t{c['turn_index']}",
+                        "rollout_id": row["rollout_id"],
+                        "task_id": row["task_id"],
+                        "task_type": row["task_type"],
+                        "round": run.round,
+                        "turn_index": c["turn_index"],
+                        "token_offset": c["token_offset"],
+                        "pool": c["pool"],
+                        "score": c["score"],
+                        "strategy": cfg.branch_strategy,
+                        "candidate_skill": c["candidate_skill"],
+                        "original_decision": c["original_decision"],
+                        "source_env_steps_before": c["source_env_steps_before"],
+                    }
+                )
+        stats.extra["rollouts"] = len(mine)
+        return out
+
+    return run_rank(stage, "branch", run.rank, run.redo, compute)

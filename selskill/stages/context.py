@@ -1,0 +1,149 @@
+"""Recipe sections shared by the stages that play episodes, and how they become objects.
+
+Sampling, forking and evaluation must play with the same prompt, skill listing and
+budgets (a fork continues an episode under the exact conditions it was sampled under), so
+those knobs live in one `RolloutConfig` and one `make_runner`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from selskill.agent.runner import EpisodeRunner, RunnerConfig
+from selskill.agent.turn_format import TurnFormat
+from selskill.config import PolicyConfig, RunConfig
+from selskill.data.layout import policy_dir
+from selskill.envs.alfworld import AlfworldEnv, GameIndex, find_games
+from selskill.skills import load_alfworld_skills
+
+
+@dataclass
+class GamesConfig:
+    """Generated games (the offline default); ignored when use_alfworld_data is set."""
+
+    games_size: str = field(default="small", metadata={"help": "small or real scenes"})
+    games_train_per_type: int = field(default=4, metadata={"help": "generated train games per task type"})
+    games_eval_per_type: int = field(
+        default=4, metadata={"help": "generated valid_seen/valid_unseen games per type"}
+    )
+    games_seed: int = field(
+        default=0, metadata={"help": "generation seed (the same seed writes identical games)"}
+    )
+
+
+@dataclass
+class RolloutConfig:
+    """How an episode is played and written (shared by sample, fork and eval)."""
+
+    turn_style: str = field(
+        default="compact", metadata={"help": "thinking (Qwen3) or compact (small policy)"}
+    )
+    turn_admissible: str = field(default="local", metadata={"help": "admissible commands shown: all | local"})
+    turn_show_admissible: bool = field(
+        default=True, metadata={"help": "append admissible commands to observations"}
+    )
+    listing_style: str = field(default="compact", metadata={"help": "skill listing style: compact | full"})
+    max_env_steps: int = field(default=50, metadata={"help": "environment-step budget of an episode"})
+    max_turns: int = field(default=80, metadata={"help": "turn budget (memory skill calls take no env step)"})
+    max_context_tokens: int = field(
+        default=8192, metadata={"help": "episode ends with context_limit beyond this"}
+    )
+    max_new_tokens: int = field(default=96, metadata={"help": "tokens per assistant turn"})
+    concurrent_episodes: int = field(
+        default=32, metadata={"help": "episodes played at once (one batch per turn)"}
+    )
+    policy_batch_size: int = field(default=32, metadata={"help": "rows per forward pass of the hf backend"})
+    enable_thinking: bool = field(
+        default=False, metadata={"help": "chat_template_kwargs enable_thinking (Qwen3)"}
+    )
+
+    def turn_format(self) -> TurnFormat:
+        return TurnFormat(
+            style=self.turn_style,
+            show_admissible_commands=self.turn_show_admissible,
+            admissible_style=self.turn_admissible,
+        )
+
+    def runner_config(self, temperature: float, top_p: float = 1.0) -> RunnerConfig:
+        return RunnerConfig(
+            max_env_steps=self.max_env_steps,
+            max_turns=self.max_turns,
+            max_context_tokens=self.max_context_tokens,
+            max_new_tokens=self.max_new_tokens,
+            temperature=temperature,
+            top_p=top_p,
+            concurrent_episodes=self.concurrent_episodes,
+            listing_style=self.listing_style,
+        )
+
+
+def sampling_policy_path(run: RunConfig, pol: PolicyConfig) -> str:
+    """Round r samples with round r-1's model; round 1 with `model_name_or_path` or the init policy."""
+    if run.round <= 1 and pol.model_name_or_path:
+        return pol.model_name_or_path
+    path = policy_dir(run.runs_dir, run.exp, run.round)
+    if not path.is_dir():
+        hint = (
+            "run `make init` (or set model_name_or_path)"
+            if run.round <= 1
+            else f"train round {run.round - 1} first"
+        )
+        raise FileNotFoundError(f"no policy at {path}: {hint}")
+    return str(path)
+
+
+def load_policy(pol: PolicyConfig, path: str, rollout: RolloutConfig, seed: int = 0):
+    if pol.policy_backend == "vllm":
+        from selskill.policy.vllm_backend import VLLMPolicy
+
+        return VLLMPolicy(path, dtype=pol.policy_dtype, seed=seed, trust_remote_code=pol.trust_remote_code)
+    from selskill.policy.hf import HFPolicy
+
+    return HFPolicy(
+        path,
+        device=pol.policy_device,
+        dtype=pol.policy_dtype,
+        trust_remote_code=pol.trust_remote_code,
+        batch_size=rollout.policy_batch_size,
+    )
+
+
+def game_index(run: RunConfig, split: str) -> GameIndex:
+    root = None if run.use_alfworld_data else run.games_dir
+    return find_games(root, splits=split)
+
+
+def ensure_games(run: RunConfig, games: GamesConfig, splits=("train", "valid_seen", "valid_unseen")) -> None:
+    """Generate the recipe's games once (skipped for real data or when already present)."""
+    if run.use_alfworld_data:
+        return
+    from pathlib import Path
+
+    from selskill.envs.alfworld_gen import generate_games
+
+    for split in splits:
+        per_type = games.games_train_per_type if split == "train" else games.games_eval_per_type
+        marker = Path(run.games_dir) / f".{split}-{games.games_size}-{per_type}-{games.games_seed}.done"
+        if per_type <= 0 or marker.exists():
+            continue
+        generate_games(
+            run.games_dir,
+            per_type=per_type,
+            seed=games.games_seed,
+            split=split,
+            size=games.games_size,
+            progress=True,
+        )
+        marker.write_text("ok\n")
+
+
+def make_runner(policy, index: GameIndex, rollout: RolloutConfig, temperature: float, top_p: float = 1.0):
+    kwargs = {"enable_thinking": rollout.enable_thinking} if rollout.turn_style == "thinking" else None
+    return EpisodeRunner(
+        policy,
+        lambda: AlfworldEnv(index),
+        load_alfworld_skills(),
+        rollout.turn_format(),
+        rollout.runner_config(temperature, top_p),
+        chat_template_kwargs=kwargs,
+    )

@@ -1,0 +1,138 @@
+"""Evaluation: greedy episodes on fixed held-out splits, with the paper's metrics.
+
+Rows are full rollouts (same schema as sampling), so every metric can be recomputed from
+the shards; `metrics.json` holds the point estimates and bootstrap intervals, overall and
+per task type, for each split.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from selskill.agent.runner import EpisodeSpec
+from selskill.config import PolicyConfig, RunConfig
+from selskill.data.layout import StageDir
+from selskill.data.shards import write_json_atomic
+from selskill.metrics import compute_metrics, metrics_by_task_type
+from selskill.stages.common import StageStats, progress_bar, read_stage, run_rank, shard_items, stable_seed
+from selskill.stages.context import RolloutConfig, game_index, load_policy, make_runner
+
+
+@dataclass
+class EvalConfig:
+    eval_splits: str = field(
+        default="valid_seen,valid_unseen", metadata={"help": "comma-separated held-out splits"}
+    )
+    eval_max_tasks: int = field(default=0, metadata={"help": "first N tasks of each split (0 = all)"})
+    eval_temperature: float = field(default=0.0, metadata={"help": "0 = greedy (the paper)"})
+    eval_bootstrap: int = field(default=1000, metadata={"help": "bootstrap resamples for the 95% intervals"})
+
+    @property
+    def splits(self) -> list[str]:
+        return [s.strip() for s in self.eval_splits.split(",") if s.strip()]
+
+
+def eval_policy_path(run: RunConfig) -> str:
+    """Round r evaluates round r's trained model; round 0 evaluates the init policy."""
+    from selskill.data.layout import round_dir
+
+    path = round_dir(run.runs_dir, run.exp, run.round) / "train" / "model"
+    if not path.is_dir():
+        raise FileNotFoundError(f"no trained model at {path}: train round {run.round} first")
+    return str(path)
+
+
+def evaluate_rows(
+    policy,
+    run: RunConfig,
+    rollout: RolloutConfig,
+    cfg: EvalConfig,
+    seed: int,
+    rank: int = 0,
+    world_size: int = 1,
+    games_root: str | None = None,
+) -> list[dict]:
+    rows = []
+    for split in cfg.splits:
+        if games_root is not None:
+            from selskill.envs.alfworld import find_games
+
+            index = find_games(games_root, splits=split)
+        else:
+            index = game_index(run, split)
+        tasks = sorted(g.task_id for g in index.games)
+        if cfg.eval_max_tasks > 0:
+            tasks = tasks[: cfg.eval_max_tasks]
+        mine = shard_items(tasks, rank, world_size)
+        by_id = index.by_id()
+        runner = make_runner(policy, index, rollout, cfg.eval_temperature)
+        specs = [
+            EpisodeSpec(
+                f"eval/r{run.round}/{t}",
+                t,
+                stable_seed(seed, "eval", t),
+                meta={"task_type": by_id[t].task_type, "split": split},
+            )
+            for t in mine
+        ]
+        bar = progress_bar(len(specs), f"eval {split}")
+        for spec, row in zip(specs, runner.run(specs, progress=bar.update), strict=True):
+            rows.append(
+                {
+                    "rollout_id": spec.episode_id,
+                    "run": run.exp,
+                    "round": run.round,
+                    "task_id": spec.task_id,
+                    "task_type": spec.meta["task_type"],
+                    "sample_idx": 0,
+                    "policy_id": policy.policy_id,
+                    "seed": spec.seed,
+                    **row,
+                }
+            )
+        bar.close()
+    return rows
+
+
+def summarize(rows: list[dict], cfg: EvalConfig, seed: int) -> dict:
+    out = {}
+    for split in cfg.splits:
+        split_rows = [r for r in rows if r["task_id"].startswith(f"{split}/")]
+        out[split] = {
+            "overall": compute_metrics(split_rows, cfg.eval_bootstrap, seed),
+            "by_task_type": metrics_by_task_type(split_rows, cfg.eval_bootstrap, seed),
+        }
+    return out
+
+
+def run_eval(
+    run: RunConfig,
+    pol: PolicyConfig,
+    rollout: RolloutConfig,
+    cfg: EvalConfig,
+    seed: int,
+    model_path: str | None = None,
+) -> dict | None:
+    """Evaluate this rank's tasks; the last rank to finish writes metrics.json for the round."""
+    stage = StageDir.of(run.runs_dir, run.exp, run.round, "eval")
+
+    def compute(stats: StageStats) -> list[dict]:
+        path = model_path or eval_policy_path(run)
+        policy = load_policy(pol, path, rollout, seed)
+        rows = evaluate_rows(policy, run, rollout, cfg, seed, run.rank, run.world_size)
+        stats.tokens = sum(len(r["token_ids"]) for r in rows)
+        return rows
+
+    run_rank(stage, "rollout", run.rank, run.redo, compute)
+    if len(stage.completed_ranks()) < run.world_size:
+        return None
+    rows = read_stage(stage, "rollout", run.world_size).to_pylist()
+    metrics = {"round": run.round, "exp": run.exp, "splits": summarize(rows, cfg, seed)}
+    write_json_atomic(metrics, stage.path / "metrics.json")
+    return metrics
+
+
+def load_metrics(path: str | Path) -> dict:
+    return json.loads(Path(path).read_text())

@@ -1,0 +1,129 @@
+"""Fork stage: invoke and skip continuations from the exact prefix of every branch point.
+
+Each continuation copies the source rollout's tokens up to the decision, replays the
+environment to the same state, forces the decision's opening (`<tool_call>{"name":
+"<skill>"` or `<action>`) and lets the same policy continue under the same prompt and
+skill listing to the episode's end. Nothing but the decision's own opening is inserted,
+so no intervention text reaches the training context. The prefix is prefilled once per
+branch point and shared by its K continuations.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from selskill.agent.runner import EpisodeSpec, ForkStart
+from selskill.agent.turn_format import forced_prefix
+from selskill.config import PolicyConfig, RunConfig
+from selskill.data.layout import StageDir
+from selskill.stages.common import (
+    StageStats,
+    progress_bar,
+    read_stage,
+    run_rank,
+    shard_items,
+    stable_seed,
+    write_stage_config,
+)
+from selskill.stages.context import RolloutConfig, game_index, load_policy, make_runner, sampling_policy_path
+
+
+@dataclass
+class ForkConfig:
+    fork_k_invoke: int = field(
+        default=2, metadata={"help": "continuations per branch point that invoke the skill"}
+    )
+    fork_k_skip: int = field(default=2, metadata={"help": "continuations per branch point that skip it"})
+    fork_temperature: float = field(default=1.0, metadata={"help": "sampling temperature after the fork"})
+    fork_top_p: float = field(default=1.0, metadata={"help": "nucleus sampling after the fork"})
+
+
+def fork_start(source: dict, branch: dict, arm: str) -> ForkStart:
+    t, offset = branch["turn_index"], branch["token_offset"]
+    turns = source["turns"][:t]
+    messages = json.loads(source["messages"])[: 2 + 2 * t]
+    text = forced_prefix("invoke", branch["candidate_skill"]) if arm == "invoke" else forced_prefix("skip")
+    return ForkStart(
+        token_ids=source["token_ids"][:offset],
+        logprob=source["logprob"][:offset],
+        entropy=source["entropy"][:offset],
+        role=source["role"][:offset],
+        turn=source["turn"][:offset],
+        turns=turns,
+        messages=messages,
+        env_commands=[c for turn in turns for c in (turn["commands"] or [])],
+        env_steps_before=branch["source_env_steps_before"],
+        forced_text=text,
+        cache_from=branch["branch_id"],
+    )
+
+
+def run_fork(run: RunConfig, pol: PolicyConfig, rollout: RolloutConfig, cfg: ForkConfig, seed: int) -> bool:
+    stage = StageDir.of(run.runs_dir, run.exp, run.round, "fork")
+    write_stage_config(stage, [run, pol, rollout, cfg])
+
+    def compute(stats: StageStats) -> list[dict]:
+        branches = read_stage(StageDir.of(run.runs_dir, run.exp, run.round, "branch"), "branch").to_pylist()
+        mine = shard_items(sorted(branches, key=lambda b: b["branch_id"]), run.rank, run.world_size)
+        if not mine:
+            return []
+        rollouts = read_stage(StageDir.of(run.runs_dir, run.exp, run.round, "sample"), "rollout")
+        needed = {b["rollout_id"] for b in mine}
+        sources = {r["rollout_id"]: r for r in rollouts.to_pylist() if r["rollout_id"] in needed}
+        index = game_index(run, sources[mine[0]["rollout_id"]]["task_id"].split("/", 1)[0])
+        policy = load_policy(pol, sampling_policy_path(run, pol), rollout, seed)
+        runner = make_runner(policy, index, rollout, cfg.fork_temperature, cfg.fork_top_p)
+        specs = []
+        for b in mine:
+            for arm, k_arm in (("invoke", cfg.fork_k_invoke), ("skip", cfg.fork_k_skip)):
+                start = fork_start(sources[b["rollout_id"]], b, arm)
+                for k in range(k_arm):
+                    fid = f"{b['branch_id']}/{arm}{k}"
+                    specs.append(
+                        EpisodeSpec(
+                            fid,
+                            b["task_id"],
+                            stable_seed(seed, run.round, "fork", fid),
+                            fork=start,
+                            meta={"branch": b, "arm": arm, "k": k},
+                        )
+                    )
+        bar = progress_bar(len(specs), f"fork r{run.round} rank {run.rank}")
+        rows = runner.run(specs, progress=bar.update)
+        bar.close()
+        out = []
+        for spec, row in zip(specs, rows, strict=True):
+            b = spec.meta["branch"]
+            stats.tokens += len(row["token_ids"]) - b["token_offset"]
+            if row["termination"] == "error":
+                stats.failures["env_error"] += 1
+            row = {k: v for k, v in row.items() if k != "n_prompt_tokens"}
+            out.append(
+                {
+                    "fork_id": spec.episode_id,
+                    "branch_id": b["branch_id"],
+                    "rollout_id": b["rollout_id"],
+                    "task_id": b["task_id"],
+                    "task_type": b["task_type"],
+                    "round": run.round,
+                    "arm": spec.meta["arm"],
+                    "k": spec.meta["k"],
+                    "seed": spec.seed,
+                    "prefix_len": b["token_offset"],
+                    **row,
+                    "env_steps_after_branch": row["env_steps"] - b["source_env_steps_before"],
+                    "malformed_after_branch": sum(
+                        1 for t in row["turns"][b["turn_index"] :] if t["kind"] == "malformed"
+                    ),
+                }
+            )
+        tps = policy.stats()
+        stats.extra.update(
+            branches=len(mine),
+            generated_tokens=tps.generated_tokens,
+            tokens_per_second=round(tps.tokens_per_second, 1),
+        )
+        return out
+
+    return run_rank(stage, "fork", run.rank, run.redo, compute)

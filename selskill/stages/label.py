@@ -1,0 +1,305 @@
+"""Label stage: preference pairs by outcome, then efficiency.
+
+Local pairs compare the best invoke continuation with the best skip continuation of one
+branch point: success beats failure; if both succeed, fewer environment steps after the
+branch wins (ties dropped); if both fail, the point is dropped. Episode pairs compare, per
+task, the shortest successful sample with up to `label_episode_max_rejected` of the
+longest failures. A side that contains a malformed turn is never chosen, and episodes the
+engine broke (`error`) are never used. Every pair carries, per completion token, its role
+and assistant-turn index counted from the branch, so the trainer can build the n-turn loss
+window for any n; the default mask (the recipe's n) is stored as well.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+
+from selskill.config import RunConfig
+from selskill.data.layout import StageDir
+from selskill.data.schema import ROLE_ASSISTANT
+from selskill.stages.common import (
+    StageStats,
+    read_stage,
+    run_rank,
+    shard_items,
+    stable_seed,
+    write_stage_config,
+)
+
+
+@dataclass
+class LabelConfig:
+    label_episode_max_rejected: int = field(
+        default=3, metadata={"help": "failures paired with a task's best success"}
+    )
+    label_episode_fraction: float = field(
+        default=-1.0,
+        metadata={"help": "target share of episode pairs after downsampling the other kind (-1 = keep all)"},
+    )
+    label_kinds: str = field(default="both", metadata={"help": "pair kinds to write: both | episode | local"})
+
+
+def completion(token_ids, role, turn, start: int, base_turn: int, window_n: int) -> dict:
+    """Completion tokens from `start` with roles, turn index from the branch, and the default mask."""
+    ids = list(token_ids[start:])
+    roles = list(role[start:])
+    rel = [max(int(t) - base_turn, 0) for t in turn[start:]]
+    mask = [
+        1 if r == ROLE_ASSISTANT and (window_n < 0 or k < window_n) else 0
+        for r, k in zip(roles, rel, strict=True)
+    ]
+    return {"ids": ids, "role": roles, "turn": rel, "mask": mask}
+
+
+def _pair(
+    kind,
+    task_id,
+    task_type,
+    round_,
+    prompt,
+    chosen,
+    rejected,
+    reason,
+    c_row,
+    r_row,
+    c_steps,
+    r_steps,
+    branch=None,
+    c_arm="",
+    r_arm="",
+    c_src="",
+    r_src="",
+) -> dict:
+    b = branch or {}
+    pid = f"{kind}/{c_src}>{r_src}"
+    return {
+        "pair_id": pid,
+        "kind": kind,
+        "task_id": task_id,
+        "task_type": task_type,
+        "round": round_,
+        "prompt_ids": prompt,
+        "chosen_ids": chosen["ids"],
+        "rejected_ids": rejected["ids"],
+        "chosen_role": chosen["role"],
+        "rejected_role": rejected["role"],
+        "chosen_turn": chosen["turn"],
+        "rejected_turn": rejected["turn"],
+        "chosen_loss_mask": chosen["mask"],
+        "rejected_loss_mask": rejected["mask"],
+        "window_n": chosen.get("window_n", -1),
+        "label_reason": reason,
+        "chosen_success": bool(c_row["success"]),
+        "rejected_success": bool(r_row["success"]),
+        "chosen_env_steps": int(c_steps),
+        "rejected_env_steps": int(r_steps),
+        "chosen_arm": c_arm,
+        "rejected_arm": r_arm,
+        "branch_id": b.get("branch_id", ""),
+        "branch_pool": b.get("pool", ""),
+        "branch_score": float(b.get("score", 0.0)),
+        "branch_strategy": b.get("strategy", ""),
+        "candidate_skill": b.get("candidate_skill", ""),
+        "chosen_source": c_src,
+        "rejected_source": r_src,
+        "chosen_messages": c_row["messages"],
+        "rejected_messages": r_row["messages"],
+    }
+
+
+def episode_pairs(rollouts: list[dict], max_rejected: int, discards: Counter) -> list[dict]:
+    """Per task: shortest clean success vs up to `max_rejected` longest failures."""
+    usable = [r for r in rollouts if r["termination"] != "error"]
+    discards["episode_env_error"] += len(rollouts) - len(usable)
+    wins = sorted((r for r in usable if r["success"]), key=lambda r: (r["env_steps"], r["rollout_id"]))
+    clean = [r for r in wins if r["n_malformed"] == 0]
+    losses = sorted((r for r in usable if not r["success"]), key=lambda r: (-r["env_steps"], r["rollout_id"]))
+    if not wins or not losses:
+        discards["episode_no_contrast"] += 1
+        return []
+    if not clean:
+        discards["episode_chosen_malformed"] += 1
+        return []
+    best = clean[0]
+    n_prompt = best["n_prompt_tokens"]
+    out = []
+    for loss in losses[:max_rejected]:
+        if loss["token_ids"][: loss["n_prompt_tokens"]] != best["token_ids"][:n_prompt]:
+            discards["episode_prompt_mismatch"] += 1
+            continue
+        c = completion(best["token_ids"], best["role"], best["turn"], n_prompt, 0, -1)
+        r = completion(loss["token_ids"], loss["role"], loss["turn"], n_prompt, 0, -1)
+        out.append(
+            _pair(
+                "episode",
+                best["task_id"],
+                best["task_type"],
+                best["round"],
+                best["token_ids"][:n_prompt],
+                c,
+                r,
+                "success_vs_failure",
+                best,
+                loss,
+                best["env_steps"],
+                loss["env_steps"],
+                c_src=best["rollout_id"],
+                r_src=loss["rollout_id"],
+            )
+        )
+    return out
+
+
+def _best(forks: list[dict]) -> dict | None:
+    """Best continuation of an arm: success, then no malformed turn, then fewest steps after the branch."""
+    usable = [f for f in forks if f["termination"] != "error"]
+    if not usable:
+        return None
+    return min(
+        usable,
+        key=lambda f: (
+            not f["success"],
+            f["malformed_after_branch"] > 0,
+            f["env_steps_after_branch"],
+            f["fork_id"],
+        ),
+    )
+
+
+def local_pair(branch: dict, forks: list[dict], window_n: int, discards: Counter) -> dict | None:
+    by_arm = defaultdict(list)
+    for f in forks:
+        by_arm[f["arm"]].append(f)
+    inv, skp = _best(by_arm["invoke"]), _best(by_arm["skip"])
+    if inv is None or skp is None:
+        discards["local_missing_arm"] += 1
+        return None
+    if inv["success"] != skp["success"]:
+        winner, loser, reason = (
+            (inv, skp, "success_vs_failure") if inv["success"] else (skp, inv, "success_vs_failure")
+        )
+    elif not inv["success"]:
+        discards["local_both_failed"] += 1
+        return None
+    elif inv["env_steps_after_branch"] == skp["env_steps_after_branch"]:
+        discards["local_tie"] += 1
+        return None
+    else:
+        winner, loser = (
+            (inv, skp) if inv["env_steps_after_branch"] < skp["env_steps_after_branch"] else (skp, inv)
+        )
+        reason = "efficiency"
+    if winner["malformed_after_branch"] > 0:
+        discards["local_chosen_malformed"] += 1
+        return None
+    offset = branch["token_offset"]
+    if winner["token_ids"][:offset] != loser["token_ids"][:offset]:
+        discards["local_prefix_mismatch"] += 1
+        return None
+    c = completion(
+        winner["token_ids"], winner["role"], winner["turn"], offset, branch["turn_index"], window_n
+    )
+    r = completion(loser["token_ids"], loser["role"], loser["turn"], offset, branch["turn_index"], window_n)
+    c["window_n"] = window_n
+    return _pair(
+        "local",
+        branch["task_id"],
+        branch["task_type"],
+        branch["round"],
+        winner["token_ids"][:offset],
+        c,
+        r,
+        reason,
+        winner,
+        loser,
+        winner["env_steps_after_branch"],
+        loser["env_steps_after_branch"],
+        branch=branch,
+        c_arm=winner["arm"],
+        r_arm=loser["arm"],
+        c_src=winner["fork_id"],
+        r_src=loser["fork_id"],
+    )
+
+
+def mix(pairs: list[dict], episode_fraction: float, rng: random.Random) -> list[dict]:
+    """Downsample the over-represented kind so episode pairs make `episode_fraction` of the total."""
+    if episode_fraction < 0:
+        return pairs
+    ep = [p for p in pairs if p["kind"] == "episode"]
+    lo = [p for p in pairs if p["kind"] == "local"]
+    if episode_fraction >= 1:
+        return ep
+    if episode_fraction == 0:
+        return lo
+    if len(ep) / max(1, len(ep) + len(lo)) > episode_fraction:
+        keep = int(round(len(lo) * episode_fraction / (1 - episode_fraction)))
+        ep = rng.sample(ep, min(keep, len(ep)))
+    else:
+        keep = int(round(len(ep) * (1 - episode_fraction) / episode_fraction))
+        lo = rng.sample(lo, min(keep, len(lo)))
+    return sorted(ep + lo, key=lambda p: p["pair_id"])
+
+
+def yield_summary(pairs: list[dict], discards: Counter, n_tasks: int) -> dict:
+    kinds = Counter(p["kind"] for p in pairs)
+    reasons = Counter(f"{p['kind']}/{p['label_reason']}" for p in pairs)
+    local = [p for p in pairs if p["kind"] == "local"]
+    invoke_pref = sum(1 for p in local if p["chosen_arm"] == "invoke")
+    return {
+        "tasks": n_tasks,
+        "pairs": len(pairs),
+        "pairs_by_kind": dict(kinds),
+        "pairs_by_reason": dict(reasons),
+        "pairs_per_task": {k: round(v / max(1, n_tasks), 4) for k, v in kinds.items()},
+        "local_invoke_preferred": invoke_pref,
+        "invoke_preferred_share": round(invoke_pref / len(local), 4) if local else 0.0,
+        "discarded": dict(sorted(discards.items())),
+    }
+
+
+def run_label(run: RunConfig, cfg: LabelConfig, window_n: int, seed: int) -> bool:
+    """`window_n`: the recipe's local window (train_window_n; -1 = all) used for the stored default mask."""
+    stage = StageDir.of(run.runs_dir, run.exp, run.round, "label")
+    write_stage_config(stage, [run, cfg])
+
+    def compute(stats: StageStats) -> list[dict]:
+        sd = lambda name: StageDir.of(run.runs_dir, run.exp, run.round, name)  # noqa: E731
+        rollouts = read_stage(sd("sample"), "rollout").to_pylist()
+        tasks = shard_items(sorted({r["task_id"] for r in rollouts}), run.rank, run.world_size)
+        mine = set(tasks)
+        discards: Counter = Counter()
+        pairs: list[dict] = []
+        if cfg.label_kinds in ("both", "episode"):
+            by_task = defaultdict(list)
+            for r in rollouts:
+                if r["task_id"] in mine:
+                    by_task[r["task_id"]].append(r)
+            for task in tasks:
+                pairs += episode_pairs(by_task[task], cfg.label_episode_max_rejected, discards)
+        if cfg.label_kinds in ("both", "local"):
+            branches = [b for b in read_stage(sd("branch"), "branch").to_pylist() if b["task_id"] in mine]
+            forks = defaultdict(list)
+            if branches:
+                for f in read_stage(sd("fork"), "fork").to_pylist():
+                    if f["task_id"] in mine:
+                        forks[f["branch_id"]].append(f)
+            for b in sorted(branches, key=lambda b: b["branch_id"]):
+                p = local_pair(b, forks[b["branch_id"]], window_n, discards)
+                if p is not None:
+                    pairs.append(p)
+        pairs = mix(
+            sorted(pairs, key=lambda p: p["pair_id"]),
+            cfg.label_episode_fraction,
+            random.Random(stable_seed(seed, run.round, "label", run.rank)),
+        )
+        stats.tokens = sum(
+            len(p["chosen_ids"]) + len(p["rejected_ids"]) + len(p["prompt_ids"]) for p in pairs
+        )
+        stats.failures.update(discards)
+        stats.extra["yield"] = yield_summary(pairs, discards, len(tasks))
+        return pairs
+
+    return run_rank(stage, "pair", run.rank, run.redo, compute)

@@ -1,0 +1,127 @@
+"""One SelSkill round end to end: sample -> branch -> fork -> label -> train -> eval.
+
+Round r samples with round r-1's model (round 1: the init policy, bootstrapped when the
+recipe has no model) and pairs are not accumulated across rounds. Every stage skips ranks
+that are already complete, so rerunning after a crash finishes only what is missing. Here
+all ranks run in this process one after another; to scale out, launch the per-stage
+entry points (`pipelines/<stage>.py --rank i --world-size n`) on many machines instead.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from selskill.config import Recipe
+from selskill.data.layout import StageDir, policy_dir, round_dir
+from selskill.stages.branch import run_branch
+from selskill.stages.common import collect_stats
+from selskill.stages.context import ensure_games
+from selskill.stages.evaluate import run_eval
+from selskill.stages.fork import run_fork
+from selskill.stages.label import run_label
+from selskill.stages.sample import run_sample
+
+
+def _ranks(run):
+    for rank in range(run.world_size):
+        yield dataclasses.replace(run, rank=rank)
+
+
+def ensure_init_policy(recipe: Recipe) -> Path | None:
+    """Round 1 without a given model starts from the run's own offline init policy."""
+    if recipe.policy.model_name_or_path:
+        return None
+    from selskill.policy.init_sft import build_init_policy_from_config
+
+    out = policy_dir(recipe.run.runs_dir, recipe.run.exp, 1)
+    return build_init_policy_from_config(recipe.init, out, games_dir=recipe.run.games_dir, seed=recipe.seed)
+
+
+def run_train_stage(recipe: Recipe, argv: list[str]) -> None:
+    cfg = recipe.train
+    if cfg.train_accelerate_config:
+        cmd = [
+            sys.executable,
+            "-m",
+            "accelerate.commands.launch",
+            "--config_file",
+            cfg.train_accelerate_config,
+            str(Path(__file__).resolve().parents[2] / "pipelines" / "train_dpo.py"),
+            *argv,
+            "--train_accelerate_config",
+            "",
+        ]
+        subprocess.run(cmd, check=True)
+        return
+    from selskill.train.run import run_train
+
+    run_train(recipe.run, recipe.policy, cfg)
+
+
+def run_round(recipe: Recipe, argv: list[str]) -> dict:
+    run = recipe.run
+    ensure_games(run, recipe.games)
+    if run.round == 1:
+        ensure_init_policy(recipe)
+        if not recipe.policy.model_name_or_path:
+            init_run = dataclasses.replace(run, round=0, rank=0, world_size=1, redo=False)
+            run_eval(init_run, recipe.policy, recipe.rollout, recipe.eval, recipe.seed)
+    for r in _ranks(run):
+        run_sample(r, recipe.policy, recipe.rollout, recipe.sample, recipe.seed)
+    for r in _ranks(run):
+        run_branch(r, recipe.policy, recipe.rollout, recipe.branch, recipe.seed)
+    for r in _ranks(run):
+        run_fork(r, recipe.policy, recipe.rollout, recipe.fork, recipe.seed)
+    for r in _ranks(run):
+        run_label(r, recipe.label, recipe.train.window_turns or -1, recipe.seed)
+    run_train_stage(recipe, argv)
+    metrics = None
+    for r in _ranks(run):
+        metrics = run_eval(r, recipe.policy, recipe.rollout, recipe.eval, recipe.seed) or metrics
+    summary = round_summary(run)
+    print(format_summary(summary))
+    return summary
+
+
+def round_summary(run) -> dict:
+    rd = round_dir(run.runs_dir, run.exp, run.round)
+    out = {"round": run.round, "exp": run.exp, "dir": str(rd), "stages": {}}
+    for name in ("sample", "branch", "fork", "label", "eval"):
+        stage = StageDir.of(run.runs_dir, run.exp, run.round, name)
+        out["stages"][name] = collect_stats(stage)
+    label_stats = [
+        json.loads(p.read_text())
+        for p in sorted(StageDir.of(run.runs_dir, run.exp, run.round, "label").stats.glob("*.json"))
+    ]
+    kinds: dict = {}
+    for s in label_stats:
+        for k, v in s.get("yield", {}).get("pairs_by_kind", {}).items():
+            kinds[k] = kinds.get(k, 0) + v
+    out["pairs_by_kind"] = kinds
+    for r in (run.round - 1, run.round):
+        path = round_dir(run.runs_dir, run.exp, r) / "eval" / "metrics.json"
+        if path.exists():
+            out[f"metrics_round_{r}"] = json.loads(path.read_text())
+    return out
+
+
+def format_summary(summary: dict) -> str:
+    from selskill.metrics import LABELS, METRICS, format_value
+
+    lines = [f"round {summary['round']} of {summary['exp']!r}: {summary['dir']}"]
+    for name, s in summary["stages"].items():
+        lines.append(
+            f"  {name:<7} rows={s['rows']:<6} seconds={s['seconds']:.0f}"
+            + (f" failures={s['failures']}" if s["failures"] else "")
+        )
+    lines.append(f"  pairs: {summary['pairs_by_kind'] or 'none'}")
+    for key in sorted(k for k in summary if k.startswith("metrics_round_")):
+        for split, m in summary[key]["splits"].items():
+            o = m["overall"]
+            vals = "  ".join(f"{LABELS[x]}={format_value(x, o.get(x))}" for x in METRICS)
+            lines.append(f"  {key.replace('metrics_', '')} {split} (n={o['episodes']}): {vals}")
+    return "\n".join(lines)

@@ -1,0 +1,101 @@
+"""Sample stage: K rollouts per task with temperature sampling from round r-1's policy.
+
+Every rollout keeps the exact tokens with per-token logprob and entropy, which is what the
+branch stage scores and the fork stage continues from.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from selskill.agent.runner import EpisodeSpec
+from selskill.config import PolicyConfig, RunConfig
+from selskill.data.layout import StageDir
+from selskill.stages.common import (
+    StageStats,
+    progress_bar,
+    run_rank,
+    shard_items,
+    stable_seed,
+    write_stage_config,
+)
+from selskill.stages.context import RolloutConfig, game_index, load_policy, make_runner, sampling_policy_path
+
+
+@dataclass
+class SampleConfig:
+    sample_k: int = field(default=10, metadata={"help": "rollouts per task (the paper: 10)"})
+    sample_split: str = field(default="train", metadata={"help": "task split to sample on"})
+    sample_max_tasks: int = field(default=0, metadata={"help": "use only the first N tasks (0 = all)"})
+    sample_temperature: float = field(default=1.0, metadata={"help": "sampling temperature"})
+    sample_top_p: float = field(default=1.0, metadata={"help": "nucleus sampling"})
+
+
+def task_list(run: RunConfig, split: str, max_tasks: int) -> tuple[list, object]:
+    index = game_index(run, split)
+    tasks = sorted(g.task_id for g in index.games)
+    if max_tasks > 0:
+        tasks = tasks[:max_tasks]
+    return tasks, index
+
+
+def rollout_id(round_: int, task_id: str, k: int) -> str:
+    return f"r{round_}/{task_id}/s{k}"
+
+
+def run_sample(
+    run: RunConfig, pol: PolicyConfig, rollout: RolloutConfig, cfg: SampleConfig, seed: int
+) -> bool:
+    stage = StageDir.of(run.runs_dir, run.exp, run.round, "sample")
+    write_stage_config(stage, [run, pol, rollout, cfg])
+
+    def compute(stats: StageStats) -> list[dict]:
+        tasks, index = task_list(run, cfg.sample_split, cfg.sample_max_tasks)
+        mine = shard_items(tasks, run.rank, run.world_size)
+        path = sampling_policy_path(run, pol)
+        policy = load_policy(pol, path, rollout, seed)
+        runner = make_runner(policy, index, rollout, cfg.sample_temperature, cfg.sample_top_p)
+        by_id = index.by_id()
+        specs = []
+        for task in mine:
+            for k in range(cfg.sample_k):
+                rid = rollout_id(run.round, task, k)
+                specs.append(
+                    EpisodeSpec(
+                        rid,
+                        task,
+                        stable_seed(seed, run.round, "sample", task, k),
+                        meta={"k": k, "task_type": by_id[task].task_type},
+                    )
+                )
+        bar = progress_bar(len(specs), f"sample r{run.round} rank {run.rank}")
+        rows = runner.run(specs, progress=bar.update)
+        bar.close()
+        out = []
+        for spec, row in zip(specs, rows, strict=True):
+            stats.tokens += len(row["token_ids"])
+            if row["termination"] == "error":
+                stats.failures["env_error"] += 1
+            out.append(
+                {
+                    "rollout_id": spec.episode_id,
+                    "run": run.exp,
+                    "round": run.round,
+                    "task_id": spec.task_id,
+                    "task_type": spec.meta["task_type"],
+                    "sample_idx": spec.meta["k"],
+                    "policy_id": policy.policy_id,
+                    "seed": spec.seed,
+                    **row,
+                }
+            )
+        tps = policy.stats()
+        stats.extra.update(
+            generated_tokens=tps.generated_tokens,
+            generate_seconds=round(tps.seconds, 2),
+            tokens_per_second=round(tps.tokens_per_second, 1),
+            success_rate=round(sum(r["success"] for r in out) / max(1, len(out)), 4),
+        )
+        return out
+
+    return run_rank(stage, "rollout", run.rank, run.redo, compute)

@@ -1,0 +1,151 @@
+"""Branch selection, pair labeling and metrics on hand-built rows (pure functions, exact answers)."""
+
+import random
+from collections import Counter
+
+import pytest
+
+from selskill.data.schema import ROLE_ASSISTANT, ROLE_OBSERVATION, ROLE_PROMPT
+from selskill.metrics import compute_metrics, paired_sr_difference
+from selskill.stages.branch import BranchConfig, select_points, turn_scores
+from selskill.stages.label import completion, episode_pairs, local_pair, mix
+
+
+def _cands():
+    # turn_index, pool, score
+    spec = [(0, "ordinary", 0.5), (1, "post_skill", 2.0), (2, "ordinary", 3.0), (3, "post_skill", 0.1),
+            (4, "ordinary", 1.0), (5, "post_skill", 1.5), (6, "ordinary", 0.2), (7, "post_skill", 0.9),
+            (8, "ordinary", 2.5)]
+    return [{"turn_index": t, "pool": p, "score": s} for t, p, s in spec]
+
+
+def test_entropy_strategy_takes_top_k_of_each_pool():
+    chosen = select_points(_cands(), BranchConfig(), random.Random(0))
+    assert [c["turn_index"] for c in chosen] == [1, 2, 4, 5, 7, 8]
+    chosen = select_points(_cands(), BranchConfig(branch_top_post_skill=1, branch_top_ordinary=2), random.Random(0))
+    assert [(c["turn_index"], c["pool"]) for c in chosen] == [(1, "post_skill"), (2, "ordinary"), (8, "ordinary")]
+
+
+def test_all_skill_takes_every_skill_point_and_no_ordinary():
+    chosen = select_points(_cands(), BranchConfig(branch_strategy="all_skill"), random.Random(0))
+    assert [c["turn_index"] for c in chosen] == [1, 3, 5, 7]
+
+
+def test_random_strategy_is_seeded_and_respects_pools():
+    cfg = BranchConfig(branch_strategy="random", branch_top_post_skill=2, branch_top_ordinary=2)
+    a = select_points(_cands(), cfg, random.Random(7))
+    b = select_points(_cands(), cfg, random.Random(7))
+    assert a == b
+    assert Counter(c["pool"] for c in a) == {"post_skill": 2, "ordinary": 2}
+    seen = {tuple(c["turn_index"] for c in select_points(_cands(), cfg, random.Random(s))) for s in range(20)}
+    assert len(seen) > 1
+
+
+def test_turn_score_modes():
+    row = {"logprob": [0, 0, -1, -1, -1, -1, 0], "entropy": [0, 0, 4.0, 2.0, 1.0, 3.0, 0]}
+    turn = {"start": 2, "end": 7}  # last token is a non-generated appended end-of-turn
+    assert turn_scores(row, turn, 0, BranchConfig(branch_score_m=2)) == pytest.approx(3.0)
+    assert turn_scores(row, turn, 0, BranchConfig(branch_score_m=10)) == pytest.approx(2.5)
+    assert turn_scores(row, turn, 1, BranchConfig(branch_score="decision")) == pytest.approx(2.0)
+
+
+def _fork(fid, arm, success, steps, malformed=0, prefix=(1, 2, 3), err=False):
+    tail = [10, 11, 12, 13, 14, 15]
+    return {"fork_id": fid, "arm": arm, "success": success, "env_steps_after_branch": steps,
+            "malformed_after_branch": malformed, "termination": "error" if err else ("won" if success else "step_limit"),
+            "token_ids": list(prefix) + tail,
+            "role": [ROLE_PROMPT, ROLE_ASSISTANT, ROLE_OBSERVATION] + [1, 1, 2, 1, 2, 1],
+            "turn": [-1, 0, 0] + [1, 1, 1, 2, 2, 3], "messages": "[]"}
+
+
+BRANCH = {"branch_id": "b", "task_id": "t", "task_type": "x", "round": 1, "token_offset": 3, "turn_index": 1,
+          "pool": "ordinary", "score": 1.2, "strategy": "entropy", "candidate_skill": "heat_object"}
+
+
+def test_success_beats_failure_and_best_per_arm():
+    d = Counter()
+    forks = [_fork("i0", "invoke", False, 5), _fork("i1", "invoke", True, 9), _fork("s0", "skip", False, 2),
+             _fork("s1", "skip", False, 3)]
+    p = local_pair(BRANCH, forks, 3, d)
+    assert p["label_reason"] == "success_vs_failure" and p["chosen_arm"] == "invoke"
+    assert p["chosen_source"] == "i1" and p["rejected_source"] == "s0"
+    assert p["prompt_ids"] == [1, 2, 3]
+
+
+def test_efficiency_ties_and_both_failed():
+    d = Counter()
+    p = local_pair(BRANCH, [_fork("i0", "invoke", True, 7), _fork("s0", "skip", True, 4)], 3, d)
+    assert p["label_reason"] == "efficiency" and p["chosen_arm"] == "skip" and p["chosen_env_steps"] == 4
+    assert local_pair(BRANCH, [_fork("i0", "invoke", True, 4), _fork("s0", "skip", True, 4)], 3, d) is None
+    assert local_pair(BRANCH, [_fork("i0", "invoke", False, 4), _fork("s0", "skip", False, 2)], 3, d) is None
+    assert d == {"local_tie": 1, "local_both_failed": 1}
+
+
+def test_malformed_chosen_side_is_never_kept_and_errors_are_ignored():
+    d = Counter()
+    forks = [_fork("i0", "invoke", True, 3, malformed=1), _fork("s0", "skip", False, 2)]
+    assert local_pair(BRANCH, forks, 3, d) is None and d["local_chosen_malformed"] == 1
+    forks = [_fork("i0", "invoke", True, 3, malformed=1), _fork("i1", "invoke", True, 6), _fork("s0", "skip", False, 2)]
+    assert local_pair(BRANCH, forks, 3, d)["chosen_source"] == "i1"
+    forks = [_fork("i0", "invoke", True, 3, err=True), _fork("s0", "skip", False, 2)]
+    assert local_pair(BRANCH, forks, 3, d) is None and d["local_missing_arm"] == 1
+
+
+def test_loss_window_covers_only_assistant_tokens_of_the_first_n_turns():
+    f = _fork("i0", "invoke", True, 3)
+    c = completion(f["token_ids"], f["role"], f["turn"], 3, 1, 2)
+    assert c["turn"] == [0, 0, 0, 1, 1, 2]
+    assert c["mask"] == [1, 1, 0, 1, 0, 0]
+    assert completion(f["token_ids"], f["role"], f["turn"], 3, 1, 1)["mask"] == [1, 1, 0, 0, 0, 0]
+    assert completion(f["token_ids"], f["role"], f["turn"], 3, 1, -1)["mask"] == [1, 1, 0, 1, 0, 1]
+
+
+def _rollout(rid, success, steps, malformed=0, err=False):
+    return {"rollout_id": rid, "task_id": "t", "task_type": "x", "round": 1, "success": success, "env_steps": steps,
+            "n_malformed": malformed, "termination": "error" if err else ("won" if success else "step_limit"),
+            "n_prompt_tokens": 2, "token_ids": [5, 6, 7, 8], "role": [0, 0, 1, 2], "turn": [-1, -1, 0, 0],
+            "messages": "[]"}
+
+
+def test_episode_pairs_shortest_success_vs_longest_failures():
+    d = Counter()
+    rows = [_rollout("a", True, 9), _rollout("b", True, 4, malformed=1), _rollout("c", True, 6),
+            _rollout("d", False, 20), _rollout("e", False, 50), _rollout("f", False, 30), _rollout("g", False, 10),
+            _rollout("h", False, 99, err=True)]
+    pairs = episode_pairs(rows, 3, d)
+    assert [(p["chosen_source"], p["rejected_source"]) for p in pairs] == [("c", "e"), ("c", "f"), ("c", "d")]
+    assert all(p["chosen_loss_mask"] == [1, 0] for p in pairs) and d["episode_env_error"] == 1
+    assert episode_pairs([_rollout("a", True, 3)], 3, d) == [] and d["episode_no_contrast"] == 1
+
+
+def test_mix_reaches_the_requested_share():
+    pairs = [{"kind": "episode", "pair_id": f"e{i}"} for i in range(30)] + \
+            [{"kind": "local", "pair_id": f"l{i}"} for i in range(10)]
+    out = mix(pairs, 0.5, random.Random(0))
+    assert Counter(p["kind"] for p in out) == {"episode": 10, "local": 10}
+    assert mix(pairs, -1, random.Random(0)) == pairs
+
+
+def _ep(success, calls, precise, steps, malformed=0, turns=10, task="t"):
+    return {"success": success, "n_skill_calls": calls, "n_precise_calls": precise, "env_steps": steps,
+            "n_malformed": malformed, "n_turns": turns, "task_id": task, "task_type": "x"}
+
+
+def test_metrics_equal_hand_computed_values():
+    rows = [_ep(True, 2, 1, 10), _ep(False, 1, 0, 30, malformed=2), _ep(True, 0, 0, 8), _ep(False, 0, 0, 50)]
+    m = compute_metrics(rows, n_boot=200, seed=0)
+    assert m["sr"] == 0.5
+    assert m["exec_prec"] == pytest.approx(1 / 3)
+    assert m["sr_invoke"] == 0.5 and m["sr_skip"] == 0.5
+    assert m["skill_per_ep"] == 0.75 and m["avg_steps"] == 24.5
+    assert m["malformed_rate"] == pytest.approx(2 / 40)
+    lo, hi = m["ci"]["sr"]
+    assert 0 <= lo <= 0.5 <= hi <= 1
+    assert compute_metrics([_ep(True, 0, 0, 5)], n_boot=10)["exec_prec"] is None
+
+
+def test_paired_sr_difference():
+    a = [_ep(False, 0, 0, 5, task=f"t{i}") for i in range(10)]
+    b = [_ep(i < 6, 0, 0, 5, task=f"t{i}") for i in range(10)]
+    d = paired_sr_difference(a, b, n_boot=500)
+    assert d["diff"] == pytest.approx(0.6) and d["ci"][0] > 0
