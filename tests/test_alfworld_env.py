@@ -135,3 +135,30 @@ def test_missing_root_names_the_fix(tmp_path, monkeypatch):
         find_games()
     with pytest.raises(FileNotFoundError, match="none of the splits"):
         find_games(tmp_path)
+
+
+def test_grammar_parse_cache_changes_nothing(small_games, monkeypatch):
+    """The memoised template parser yields exactly the engine's own texts and commands."""
+    from textworld.envs.pddl import textgen
+
+    def trace(root):
+        index = find_games(root)
+        env = AlfworldEnv(index)
+        out = []
+        for task_id in env.task_ids():
+            state = env.reset(task_id)
+            out.append((state.observation, tuple(state.admissible_commands)))
+            for c in _solution(root, task_id):
+                state = env.step(c)
+                out.append((state.observation, tuple(state.admissible_commands), state.won))
+        return out
+
+    cached = trace(small_games)
+    assert getattr(textgen._parse_and_convert, "_selskill_cached", False)
+    import selskill.envs.alfworld as adapter
+
+    monkeypatch.setattr(adapter, "install_grammar_parse_cache", lambda: None)
+    monkeypatch.setattr(textgen, "_parse_and_convert", textgen._parse_and_convert._original)
+    plain = trace(small_games)
+    assert not getattr(textgen._parse_and_convert, "_selskill_cached", False)
+    assert cached == plain

@@ -152,11 +152,44 @@ def record_for_trial(trial_dir: str | os.PathLike) -> GameRecord:
     return GameRecord("/".join(parts[-3:]), str(game), traj.get("task_type", ""), split)
 
 
+def install_grammar_parse_cache() -> None:
+    """Memoise textworld's grammar-template parser (deep copies out): the same derivations, ~5x faster steps.
+
+    Every step the engine re-derives the command template of each applicable action, and
+    each derivation first parses the template text with tatsu; the parse of a given text
+    never changes, so it is parsed once and copied. Outputs are identical (a test replays
+    games with and without the cache).
+    """
+    import copy
+
+    from textworld.envs.pddl import textgen
+
+    if getattr(textgen._parse_and_convert, "_selskill_cached", False):
+        return
+    original = textgen._parse_and_convert
+    cache: dict = {}
+
+    def cached(text, *args, **kwargs):
+        if args or set(kwargs) - {"rule_name", "trace"} or kwargs.get("trace"):
+            return original(text, *args, **kwargs)
+        key = (text, kwargs.get("rule_name"))
+        if key not in cache:
+            if len(cache) > 50_000:
+                cache.clear()
+            cache[key] = original(text, **kwargs)
+        return copy.deepcopy(cache[key])
+
+    cached._selskill_cached = True
+    cached._original = original
+    textgen._parse_and_convert = cached
+
+
 def _make_engine():
     import textworld
     from alfworld.agents.environment.alfred_tw_env import AlfredDemangler
     from textworld.envs.pddl import PddlEnv
 
+    install_grammar_parse_cache()
     return AlfredDemangler(PddlEnv(textworld.EnvInfos(admissible_commands=True, won=True)))
 
 
