@@ -34,13 +34,13 @@ class _Stored:
     kv: list[tuple[torch.Tensor, torch.Tensor]]  # per layer [heads, len, head_dim]
 
 
-def token_logprob_entropy(logits: torch.Tensor, chunk_rows: int = 8) -> tuple[torch.Tensor, torch.Tensor]:
+def token_logprob_entropy(logits: torch.Tensor, chunk_rows: int = 8, entropy: bool = True):
     """log-softmax and entropy of the T=1 distribution, row-chunked to bound memory."""
     logps, ents = [], []
     for start in range(0, logits.shape[0], chunk_rows):
         block = logits[start : start + chunk_rows].float()
         lp = torch.log_softmax(block, dim=-1)
-        ents.append(-(lp.exp() * lp).sum(-1))
+        ents.append(-(lp.exp() * lp).sum(-1) if entropy else lp.new_zeros(lp.shape[0]))
         logps.append(lp)
     return torch.cat(logps), torch.cat(ents)
 
@@ -58,6 +58,7 @@ class HFPolicy:
         batch_size: int = 32,
         max_cached_sequences: int = 256,
         entropy_chunk_rows: int = 8,
+        exact_entropy: bool = True,
         model=None,
         tokenizer=None,
     ):
@@ -77,6 +78,7 @@ class HFPolicy:
         self.model = model.to(self.device).eval()
         self.batch_size = batch_size
         self.entropy_chunk_rows = entropy_chunk_rows
+        self.exact_entropy = exact_entropy  # False only to measure what the entropy costs (bench)
         self.max_cached_sequences = max_cached_sequences
         self._cache: OrderedDict[str, _Stored] = OrderedDict()
         self._stats = ThroughputStats()
@@ -238,7 +240,7 @@ class HFPolicy:
         finished = [False] * R
         reason = ["length"] * R
         for step in range(params.max_new_tokens):
-            lp, ent = token_logprob_entropy(logits, self.entropy_chunk_rows)
+            lp, ent = token_logprob_entropy(logits, self.entropy_chunk_rows, self.exact_entropy)
             chosen = self._choose(logits, lp, params, generators)
             for i in range(R):
                 if finished[i]:

@@ -1,0 +1,119 @@
+"""`selskill bench rollout`: what batching, prefix reuse and exact entropy cost or save.
+
+Figures come from one run on one machine, so they are comparable with each other; the
+numbers to quote go to docs/benchmarks.md with the command that printed them.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from pathlib import Path
+
+
+def _policy(model_dir: str | None, **kwargs):
+    from selskill.policy.hf import HFPolicy
+
+    if model_dir:
+        return HFPolicy(model_dir, **kwargs), model_dir
+    from selskill.agent.turn_format import TurnFormat
+    from selskill.policy.bootstrap import build_model, train_tokenizer
+    from selskill.skills import load_alfworld_skills, render_listing
+
+    texts = [TurnFormat(style="compact").system_text(render_listing(load_alfworld_skills()))] * 4
+    tok = train_tokenizer(texts, vocab_size=1024)
+    return HFPolicy("random-tiny", model=build_model(tok), tokenizer=tok, **kwargs), "random-tiny (untrained)"
+
+
+def bench_episodes(policy, index, n_episodes: int, concurrency: int, max_env_steps: int) -> dict:
+    from selskill.agent.runner import EpisodeRunner, EpisodeSpec, RunnerConfig
+    from selskill.agent.turn_format import TurnFormat
+    from selskill.envs.alfworld import AlfworldEnv
+    from selskill.skills import load_alfworld_skills
+
+    runner = EpisodeRunner(policy, lambda: AlfworldEnv(index), load_alfworld_skills(),
+                           TurnFormat(style="compact", admissible_style="local"),
+                           RunnerConfig(max_env_steps=max_env_steps, max_new_tokens=32, concurrent_episodes=concurrency))
+    tasks = [g.task_id for g in index.games]
+    specs = [EpisodeSpec(f"b{i}", tasks[i % len(tasks)], seed=i) for i in range(n_episodes)]
+    policy.clear_cache()
+    before = policy.stats().generated_tokens
+    t0 = time.perf_counter()
+    rows = runner.run(specs)
+    dt = time.perf_counter() - t0
+    gen = policy.stats().generated_tokens - before
+    return {"concurrency": concurrency, "episodes": n_episodes, "seconds": round(dt, 2),
+            "episodes_per_s": round(n_episodes / dt, 3), "generated_tokens_per_s": round(gen / dt, 1),
+            "turns": sum(r["n_turns"] for r in rows)}
+
+
+def bench_forks(policy, prefix_len: int = 800, k: int = 4, new_tokens: int = 32, repeats: int = 3) -> dict:
+    from selskill.policy.base import GenerationRequest, SamplingParams
+
+    vocab = len(policy.tokenizer)
+    prefix = [(i * 7919) % (vocab - 10) + 5 for i in range(prefix_len)]
+    params = SamplingParams(temperature=1.0, max_new_tokens=new_tokens, stop_token_ids=())
+    timings = {}
+    for mode in ("reuse", "recompute"):
+        best = float("inf")
+        for _ in range(repeats):
+            policy.clear_cache()
+            t0 = time.perf_counter()
+            if mode == "reuse":
+                policy.prefill(prefix, cache_key="p")
+                reqs = [GenerationRequest(prefix + [5 + j], seed=j, cache_from="p") for j in range(k)]
+            else:
+                reqs = [GenerationRequest(prefix + [5 + j], seed=j) for j in range(k)]
+            policy.generate(reqs, params)
+            best = min(best, time.perf_counter() - t0)
+        timings[mode] = round(best, 3)
+    return {"prefix_tokens": prefix_len, "k": k, "new_tokens": new_tokens, "seconds": timings,
+            "speedup": round(timings["recompute"] / timings["reuse"], 2)}
+
+
+def bench_entropy(model_dir: str | None, new_tokens: int = 64, rows: int = 32) -> dict:
+    from selskill.policy.base import GenerationRequest, SamplingParams
+
+    out = {}
+    for exact in (True, False):
+        policy, _ = _policy(model_dir, exact_entropy=exact)
+        prompt = [5 + (i % 50) for i in range(200)]
+        params = SamplingParams(temperature=1.0, max_new_tokens=new_tokens, stop_token_ids=())
+        policy.generate([GenerationRequest(prompt, seed=0)], SamplingParams(max_new_tokens=4))
+        t0 = time.perf_counter()
+        policy.generate([GenerationRequest(prompt, seed=i) for i in range(rows)], params)
+        out["exact" if exact else "none"] = round(time.perf_counter() - t0, 3)
+    out["overhead"] = round(out["exact"] / out["none"] - 1, 3)
+    return out
+
+
+def bench_rollout(model_dir: str | None = None, games_dir: str | None = None, episodes: int = 32,
+                  max_env_steps: int = 10) -> dict:
+    import torch
+
+    from selskill.envs.alfworld import find_games
+    from selskill.envs.alfworld_gen import generate_games
+
+    if games_dir is None:
+        games_dir = tempfile.mkdtemp(prefix="selskill-bench-")
+        generate_games(games_dir, per_type=2, seed=0, split="valid_seen")
+    index = find_games(games_dir, splits="valid_seen")
+    policy, name = _policy(model_dir)
+    result = {"model": name, "threads": torch.get_num_threads(), "episodes": []}
+    for conc in (1, 16, 32):
+        result["episodes"].append(bench_episodes(policy, index, episodes, conc, max_env_steps))
+    seq = result["episodes"][0]["episodes_per_s"]
+    result["batched_speedup"] = {str(e["concurrency"]): round(e["episodes_per_s"] / seq, 2) for e in result["episodes"]}
+    result["forks"] = bench_forks(policy)
+    result["entropy"] = bench_entropy(model_dir)
+    return result
+
+
+def main(args) -> int:
+    result = bench_rollout(args.model, args.games, args.episodes, args.max_env_steps)
+    text = json.dumps(result, indent=1)
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+    return 0
