@@ -47,6 +47,78 @@ def _cmd_play(args: argparse.Namespace) -> int:
     return play_game(args.game_dir, walkthrough=args.walkthrough)
 
 
+def _cmd_train(args: argparse.Namespace) -> int:
+    from selskill.train.run import launch
+
+    return launch(args.recipe_args)
+
+
+def _cmd_init(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from selskill.config import load_recipe
+    from selskill.stages.context import ensure_games
+    from selskill.stages.evaluate import run_eval
+    from selskill.stages.round import ensure_init_policy, format_summary, round_summary
+
+    recipe = load_recipe(args.recipe_args)
+    ensure_games(recipe.run, recipe.games)
+    path = ensure_init_policy(recipe)
+    if path is None:
+        print("model_name_or_path is set: the recipe starts from that model, no init policy to build")
+        return 0
+    run0 = dataclasses.replace(recipe.run, round=0, rank=0, world_size=1)
+    run_eval(run0, recipe.policy, recipe.rollout, recipe.eval, recipe.seed)
+    print(f"init policy: {path}")
+    print(format_summary(round_summary(run0)))
+    return 0
+
+
+def _cmd_round(args: argparse.Namespace) -> int:
+    from selskill.config import load_recipe
+    from selskill.stages.round import run_round
+
+    run_round(load_recipe(args.recipe_args), list(args.recipe_args))
+    return 0
+
+
+def _cmd_eval(args: argparse.Namespace) -> int:
+    from selskill.config import load_recipe
+    from selskill.data.shards import write_json_atomic, write_shard
+    from selskill.metrics import LABELS, METRICS, format_value
+    from selskill.stages.context import load_policy
+    from selskill.stages.evaluate import evaluate_rows, summarize
+
+    recipe = load_recipe(args.recipe_args)
+    policy = load_policy(recipe.policy, args.model, recipe.rollout, recipe.seed)
+    rows = evaluate_rows(policy, recipe.run, recipe.rollout, recipe.eval, recipe.seed, games_root=args.games)
+    summary = summarize(rows, recipe.eval, recipe.seed)
+    for split, m in summary.items():
+        o = m["overall"]
+        print(f"{split} (n={o['episodes']}): " + "  ".join(
+            f"{LABELS[k]}={format_value(k, o.get(k), o['ci'].get(k))}" for k in METRICS))
+    if args.out:
+        write_shard(rows, f"{args.out}/shards/00000.parquet", "rollout")
+        write_json_atomic({"model": args.model, "splits": summary}, f"{args.out}/metrics.json")
+    return 0
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from selskill.report import build_report
+
+    rep = build_report(args.exp, n_boot=args.n_boot, seed=args.seed)
+    for note in rep.notes:
+        print(f"note: {note}")
+    print(f"wrote {rep.markdown}, {rep.html} and {len(rep.plots)} plots in {rep.markdown.parent / 'plots'}")
+    return 0
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from selskill.bench import main as bench_main
+
+    return bench_main(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="selskill",
@@ -102,15 +174,101 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("game_dir", help="trial directory holding game.tw-pddl and traj_data.json")
     p.add_argument("--walkthrough", action="store_true", help="replay the game's known solution instead")
     p.set_defaults(func=_cmd_play)
+
+    # Everything after `train` is the recipe's command line (TrlParser owns it, --help included); the
+    # prefix char keeps argparse from reading --config & co. as options of this subparser.
+    p = sub.add_parser(
+        "train",
+        add_help=False,
+        prefix_chars="+",
+        help="DPO on a round's pair shards (relaunches under the recipe's accelerate config)",
+        description="Train round r with DPO on runs/<exp>/round_<r>/label/shards and write "
+        "runs/<exp>/round_<r>/train/{model,COMPLETED}. Takes the recipe and any recipe key as an override, e.g. "
+        "selskill train --config recipes/dpo_8b.yaml --round 1; add --dry_run to print the effective batch size "
+        "and steps without loading weights. With train_accelerate_config set it relaunches itself under "
+        "`accelerate launch --config_file <that file>`.",
+    )
+    p.add_argument("recipe_args", nargs=argparse.REMAINDER, help="--config RECIPE, --key value overrides, --help")
+    p.set_defaults(func=_cmd_train)
+
+    p = sub.add_parser(
+        "init",
+        help="bootstrap the offline init policy (demonstrations + tokenizer + SFT) and report its held-out metrics",
+        description="Build the recipe's init policy at runs/<exp>/round_0/train/model (reused when it exists): "
+        "generate train games, make demonstrations with useful, premature and redundant skill calls, train a "
+        "tokenizer and a small Qwen3 model, SFT it on assistant tokens; then play greedily on the recipe's "
+        "held-out split and print SR, Exec. Prec., Skill/ep, ... (runs/<exp>/round_0/eval/metrics.json). "
+        "Example: selskill init --config recipes/tiny.yaml",
+    )
+    p.set_defaults(takes_recipe=True)  # --config RECIPE and --key value overrides pass through to TrlParser
+    p.set_defaults(func=_cmd_init)
+
+    p = sub.add_parser(
+        "round",
+        help="run one SelSkill round: sample, branch, fork, label, train, eval (what `make round` runs)",
+        description="Run round r of the recipe with round r-1's model; stages and ranks already complete are "
+        "skipped. Example: selskill round --config recipes/tiny.yaml --round 1",
+    )
+    p.set_defaults(takes_recipe=True)  # --config RECIPE and --key value overrides pass through to TrlParser
+    p.set_defaults(func=_cmd_round)
+
+    p = sub.add_parser(
+        "eval",
+        help="greedy evaluation of any model on any games (outside a round too)",
+        description="Play every game of the recipe's eval splits under --games (or the recipe's games) greedily "
+        "with --model and print the paper's metrics with 95% bootstrap intervals. "
+        "Example: selskill eval --model runs/tiny/round_1/train/model --games runs/games-tiny --config "
+        "recipes/tiny.yaml",
+    )
+    p.add_argument("--model", required=True, help="model directory (or hub id when you ask for one)")
+    p.add_argument("--games", help="games root (<games>/<split>/...); default: the recipe's games")
+    p.add_argument("--out", help="also write the rows and metrics.json to this directory")
+    p.set_defaults(takes_recipe=True)  # --config RECIPE and --key value overrides pass through to TrlParser
+    p.set_defaults(func=_cmd_eval)
+
+    p = sub.add_parser(
+        "report",
+        help="write runs/<exp>/report.{md,html} and plots: metrics across rounds, pair yield, entropy at branches",
+        description="Collect every round of an experiment into runs/<exp>/report.md and report.html (plots "
+        "embedded) plus runs/<exp>/plots/*.png: the Table-1 metrics per round and split with 95% intervals and "
+        "the paired SR difference vs init, pair yield per round, entropy after invoke/skip branch points, skill "
+        "calls per episode, chosen-vs-rejected steps. Missing rounds or stages are skipped with a note. "
+        "Example: selskill report --exp runs/tiny",
+    )
+    p.add_argument("--exp", required=True, help="experiment directory (runs/<exp>)")
+    p.add_argument("--n-boot", type=int, default=2000, help="paired-bootstrap resamples for ΔSR")
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    p.set_defaults(func=_cmd_report)
+
+    p = sub.add_parser("bench", help="speed benchmarks (bench rollout)",
+                       description="Benchmarks that print their figures (record them in docs/benchmarks.md).")
+    bsub = p.add_subparsers(dest="bench", metavar="BENCH", required=True)
+    b = bsub.add_parser(
+        "rollout",
+        help="episodes/s at 1 vs 16 vs 32 concurrent episodes, fork prefix reuse, cost of exact entropy",
+        description="Plays the same episodes one at a time and 16 / 32 at once, forks K=4 continuations from an "
+        "800-token prefix with and without prefix KV reuse, and times generation with and without exact "
+        "full-vocabulary entropy. Uses --model (e.g. runs/tiny/round_0/train/model) or an untrained tiny model.",
+    )
+    b.add_argument("--model", help="policy directory (default: an untrained tiny Qwen3)")
+    b.add_argument("--games", help="games root with a valid_seen split (default: 12 generated games)")
+    b.add_argument("--episodes", type=int, default=32, help="episodes per setting (default 32)")
+    b.add_argument("--max-env-steps", type=int, default=10, help="env-step budget per episode (default 10)")
+    b.add_argument("--out", help="also write the JSON figures here")
+    b.set_defaults(func=_cmd_bench)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if getattr(args, "takes_recipe", False):
+        args.recipe_args = unknown  # --config RECIPE and --key value overrides, checked by TrlParser
+    elif unknown:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
         return args.func(args)
-    except (FileNotFoundError, ValueError) as exc:
+    except (FileNotFoundError, ValueError) as exc:  # bad input: say what and how to fix it, no traceback
         print(f"selskill {args.command}: error: {exc}", file=sys.stderr)
         return 2
 

@@ -33,6 +33,21 @@ def shard_items(items: Sequence, rank: int, world_size: int) -> list:
     return list(items[rank::world_size])
 
 
+def balanced_tasks(records, max_tasks: int) -> list[str]:
+    """Task ids interleaved across task types (sorted within each), cut at `max_tasks` (0 = all).
+
+    A prefix of a sorted id list would be all one task type; interleaving keeps any cut balanced.
+    """
+    by_type: dict[str, list[str]] = {}
+    for g in sorted(records, key=lambda g: g.task_id):
+        by_type.setdefault(g.task_type, []).append(g.task_id)
+    out = []
+    queues = [by_type[t] for t in sorted(by_type)]
+    for i in range(max((len(q) for q in queues), default=0)):
+        out += [q[i] for q in queues if i < len(q)]
+    return out[:max_tasks] if max_tasks > 0 else out
+
+
 @dataclass
 class StageStats:
     rows: int = 0

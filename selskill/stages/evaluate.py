@@ -16,7 +16,15 @@ from selskill.config import PolicyConfig, RunConfig
 from selskill.data.layout import StageDir
 from selskill.data.shards import write_json_atomic
 from selskill.metrics import compute_metrics, metrics_by_task_type
-from selskill.stages.common import StageStats, progress_bar, read_stage, run_rank, shard_items, stable_seed
+from selskill.stages.common import (
+    StageStats,
+    balanced_tasks,
+    progress_bar,
+    read_stage,
+    run_rank,
+    shard_items,
+    stable_seed,
+)
 from selskill.stages.context import RolloutConfig, game_index, load_policy, make_runner
 
 
@@ -27,7 +35,9 @@ class EvalConfig:
     )
     eval_max_tasks: int = field(default=0, metadata={"help": "first N tasks of each split (0 = all)"})
     eval_temperature: float = field(default=0.0, metadata={"help": "0 = greedy (the paper)"})
-    eval_bootstrap: int = field(default=1000, metadata={"help": "bootstrap resamples for the 95% intervals"})
+    eval_bootstrap: int = field(
+        default=1000, metadata={"help": "bootstrap resamples for the 95 percent intervals"}
+    )
 
     @property
     def splits(self) -> list[str]:
@@ -62,9 +72,7 @@ def evaluate_rows(
             index = find_games(games_root, splits=split)
         else:
             index = game_index(run, split)
-        tasks = sorted(g.task_id for g in index.games)
-        if cfg.eval_max_tasks > 0:
-            tasks = tasks[: cfg.eval_max_tasks]
+        tasks = balanced_tasks(index.games, cfg.eval_max_tasks)
         mine = shard_items(tasks, rank, world_size)
         by_id = index.by_id()
         runner = make_runner(policy, index, rollout, cfg.eval_temperature)

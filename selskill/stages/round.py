@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 from selskill.config import Recipe
@@ -41,25 +39,12 @@ def ensure_init_policy(recipe: Recipe) -> Path | None:
     return build_init_policy_from_config(recipe.init, out, games_dir=recipe.run.games_dir, seed=recipe.seed)
 
 
-def run_train_stage(recipe: Recipe, argv: list[str]) -> None:
-    cfg = recipe.train
-    if cfg.train_accelerate_config:
-        cmd = [
-            sys.executable,
-            "-m",
-            "accelerate.commands.launch",
-            "--config_file",
-            cfg.train_accelerate_config,
-            str(Path(__file__).resolve().parents[2] / "pipelines" / "train_dpo.py"),
-            *argv,
-            "--train_accelerate_config",
-            "",
-        ]
-        subprocess.run(cmd, check=True)
-        return
-    from selskill.train.run import run_train
+def run_train_stage(argv: list[str]) -> None:
+    """Train in this process, or relaunch under the recipe's accelerate config (train_accelerate_config)."""
+    from selskill.train.run import launch
 
-    run_train(recipe.run, recipe.policy, cfg)
+    if launch(argv) != 0:
+        raise RuntimeError("the train stage failed (see its output above)")
 
 
 def run_round(recipe: Recipe, argv: list[str]) -> dict:
@@ -78,7 +63,7 @@ def run_round(recipe: Recipe, argv: list[str]) -> dict:
         run_fork(r, recipe.policy, recipe.rollout, recipe.fork, recipe.seed)
     for r in _ranks(run):
         run_label(r, recipe.label, recipe.train.window_turns or -1, recipe.seed)
-    run_train_stage(recipe, argv)
+    run_train_stage(argv)
     metrics = None
     for r in _ranks(run):
         metrics = run_eval(r, recipe.policy, recipe.rollout, recipe.eval, recipe.seed) or metrics

@@ -13,6 +13,7 @@ from selskill.config import PolicyConfig, RunConfig
 from selskill.data.layout import StageDir
 from selskill.stages.common import (
     StageStats,
+    balanced_tasks,
     progress_bar,
     run_rank,
     shard_items,
@@ -33,10 +34,7 @@ class SampleConfig:
 
 def task_list(run: RunConfig, split: str, max_tasks: int) -> tuple[list, object]:
     index = game_index(run, split)
-    tasks = sorted(g.task_id for g in index.games)
-    if max_tasks > 0:
-        tasks = tasks[:max_tasks]
-    return tasks, index
+    return balanced_tasks(index.games, max_tasks), index
 
 
 def rollout_id(round_: int, task_id: str, k: int) -> str:
