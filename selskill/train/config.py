@@ -24,6 +24,24 @@ def bf16_available() -> bool:
     return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
 
 
+def cpu_only_launch() -> bool:
+    """True in a process started by a multi-process launcher on a machine without accelerators."""
+    import os
+
+    if "LOCAL_RANK" not in os.environ:
+        return False
+    import torch
+
+    accel = getattr(torch, "accelerator", None)
+    return not (torch.cuda.is_available() or (accel is not None and accel.is_available()))
+
+
+def deepspeed_launch() -> bool:
+    import os
+
+    return os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true"
+
+
 def parse_window_n(value: object) -> int | None:
     """`3` / `"3"` -> 3; `"all"` / `-1` -> None (every assistant turn after the branch)."""
     text = str(value).strip().lower()
@@ -147,6 +165,13 @@ class TrainConfig(DPOConfig):
 
         if self.bf16 is None:
             self.bf16 = bool(not self.fp16 and bf16_available())
+        if cpu_only_launch():
+            # An accelerate config written for GPUs, launched on a machine without accelerators: accelerate
+            # finds no backend and every process would train alone as rank 0. Make them one gloo group.
+            if deepspeed_launch():
+                self.ddp_backend = self.ddp_backend or "gloo"  # use_cpu would silently turn DeepSpeed off
+            else:
+                self.use_cpu = True
         # A dry run checks a recipe meant for other hardware (e.g. dpo_8b.yaml on a CPU machine): the bf16
         # capability check belongs to the machine that trains, so it is deferred, not skipped silently.
         self.bf16_deferred = bool(self.dry_run and self.bf16 and not self.use_cpu and not bf16_available())

@@ -1,4 +1,4 @@
-"""TRL's DPOTrainer with a per-token loss mask, and nothing else changed.
+"""TRL's DPOTrainer with a per-token loss mask (and metrics split by pair kind); nothing else changed.
 
 TRL 1.16 computes every log-probability (policy and reference, on the fly or precomputed)
 from `completion_mask`: tokens where it is 0 get label -100, a log-prob of exactly 0 and no
@@ -24,7 +24,8 @@ from trl.trainer.utils import pad
 from selskill.data.schema import PAIR_KINDS
 from selskill.train.pairs import KIND_IDS, TOKEN_COLUMNS
 
-# trl's hooks this module relies on, and the trl version they were checked against.
+# The trl version the overrides were checked against, and every DPOTrainer method this class overrides
+# (tests/test_train_trainer.py::test_trl_contract keeps both honest).
 TRL_VERSION = "1.16.0"
 OVERRIDDEN_HOOKS = (
     "_prepare_dataset",
@@ -178,16 +179,28 @@ class SelSkillDPOTrainer(DPOTrainer):
             return
         chosen, rejected = (self.beta * (logps - ref_logps)).chunk(2)
         gathered = self.accelerator.gather(torch.stack([chosen, rejected, kinds.to(chosen).float()], dim=1))
+        chosen, rejected, kind_ids = gathered.float().unbind(1)
+        onehot = (
+            torch.nn.functional.one_hot(kind_ids.long(), num_classes=len(PAIR_KINDS)).float().T
+        )  # (kinds, N)
+        margins = chosen - rejected
+        per_pair = torch.stack(
+            [
+                torch.ones_like(margins),
+                chosen,
+                rejected,
+                margins,
+                (margins > 0).float(),
+                -torch.nn.functional.logsigmoid(margins),
+            ]
+        )
+        sums = (onehot @ per_pair.T).tolist()  # (kinds, 6), one device sync for all per-kind metrics
         mode = "train" if self.model.training else "eval"
-        for kind in PAIR_KINDS:
-            sel = gathered[gathered[:, 2] == KIND_IDS[kind]]
-            if not len(sel):
+        names = ("rewards/chosen", "rewards/rejected", "rewards/margins", "rewards/accuracies", "loss")
+        for kind, (count, *totals) in zip(PAIR_KINDS, sums, strict=True):
+            if count == 0:
                 continue
-            margins = sel[:, 0] - sel[:, 1]
-            self._metrics[mode][f"{kind}/rewards/chosen"].append(sel[:, 0].mean().item())
-            self._metrics[mode][f"{kind}/rewards/rejected"].append(sel[:, 1].mean().item())
-            self._metrics[mode][f"{kind}/rewards/margins"].append(margins.mean().item())
-            self._metrics[mode][f"{kind}/rewards/accuracies"].append((margins > 0).float().mean().item())
-            if self.loss_types == ["sigmoid"]:
-                loss = -torch.nn.functional.logsigmoid(margins).mean().item()
-                self._metrics[mode][f"{kind}/loss"].append(loss)
+            for name, total in zip(names, totals, strict=True):
+                if name == "loss" and self.loss_types != ["sigmoid"]:
+                    continue  # -logsigmoid(margin) is the pair's loss only for the sigmoid (DPO) loss
+                self._metrics[mode][f"{kind}/{name}"].append(total / count)

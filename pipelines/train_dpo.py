@@ -1,0 +1,33 @@
+"""Train stage: DPO on round r's pair shards (episode + local pairs with the n-turn loss mask).
+
+    python pipelines/train_dpo.py --config recipes/tiny.yaml --round 1
+    accelerate launch --config_file recipes/accelerate/zero3.yaml pipelines/train_dpo.py \
+        --config recipes/dpo_8b.yaml --round 1
+    python pipelines/train_dpo.py --config recipes/dpo_8b.yaml --dry_run
+
+All logic lives in selskill.train.run.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+
+def make_parser():
+    """The recipe parser (every stage's dataclasses; `--help` lists every key)."""
+    from trl import TrlParser
+
+    from selskill.config import recipe_dataclasses
+
+    return TrlParser(recipe_dataclasses())
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from selskill.train.run import main as run_main
+
+    return run_main(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

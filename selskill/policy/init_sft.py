@@ -1,0 +1,414 @@
+"""The offline init policy: generated games -> demonstrations -> tokenizer -> tiny Qwen3 -> SFT.
+
+`build_init_policy` is what `selskill init` / `make init` runs on a machine with no model.
+It writes `runs/<exp>/round_0/train/model` (round 1's starting policy) and, in that
+directory's parent, `init_manifest.json` (settings, demo statistics, loss curve, timings)
+and finally `COMPLETED`. A second call with the same settings finds both and returns at
+once; a call with different settings refuses to overwrite unless `redo=True`.
+
+Training is TRL's `SFTTrainer` on conversational rows (`{"messages": [...]}`) with
+`assistant_only_loss=True`: the ChatML template's `{% generation %}` markers put only the
+assistant turns (decision + `<|im_end|>`) in the loss; system prompt, observations and
+skill returns are context only. bf16/fp16 and gradient checkpointing are off (CPU).
+Demonstrations longer than `max_length` tokens are dropped rather than truncated (a
+truncated demo would teach an unfinished episode).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from selskill.policy.bootstrap import TinyArch, build_model, train_tokenizer
+from selskill.policy.demos import (
+    DEFAULT_MAX_ENV_STEPS,
+    Demo,
+    DemoMix,
+    build_demos,
+    demo_stats,
+    tokenizer_corpus,
+)
+
+COMPLETED = "COMPLETED"
+MANIFEST = "init_manifest.json"
+MANIFEST_VERSION = 1
+
+
+@dataclass
+class InitConfig:
+    """Recipe keys of the init stage (`init_` prefix: they share one flat recipe with TRL's)."""
+
+    init_games_per_type: int = field(default=40, metadata={"help": "generated train games per task type"})
+    init_game_size: str = field(default="small", metadata={"help": "generated scene size: small or real"})
+    init_max_env_steps: int = field(
+        default=DEFAULT_MAX_ENV_STEPS, metadata={"help": "demos needing more environment steps are dropped"}
+    )
+    init_vocab_size: int = field(
+        default=2048, metadata={"help": "BPE vocabulary size of the local tokenizer"}
+    )
+    init_hidden_size: int = field(default=256, metadata={"help": "model width"})
+    init_intermediate_size: int = field(default=768, metadata={"help": "MLP width"})
+    init_layers: int = field(default=4, metadata={"help": "transformer layers"})
+    init_heads: int = field(default=4, metadata={"help": "attention heads"})
+    init_kv_heads: int = field(default=2, metadata={"help": "key/value heads"})
+    init_head_dim: int = field(default=64, metadata={"help": "attention head size"})
+    init_epochs: float = field(default=6.0, metadata={"help": "SFT epochs over the demonstrations"})
+    init_lr: float = field(default=2e-3, metadata={"help": "peak learning rate (AdamW, cosine, warmup)"})
+    init_warmup_ratio: float = field(default=0.05, metadata={"help": "warmup share of the SFT steps"})
+    init_batch_size: int = field(default=4, metadata={"help": "demonstrations per optimizer step"})
+    init_max_length: int = field(default=4096, metadata={"help": "longer demonstrations are dropped"})
+    init_logging_steps: int = field(default=10, metadata={"help": "loss is logged every this many steps"})
+    init_demo_opening_memory: float = field(default=DemoMix.opening_memory, metadata={"help": "see DemoMix"})
+    init_demo_premature_start: float = field(
+        default=DemoMix.premature_start, metadata={"help": "see DemoMix"}
+    )
+    init_demo_premature_seen: float = field(default=DemoMix.premature_seen, metadata={"help": "see DemoMix"})
+    init_demo_repeat_failed: float = field(default=DemoMix.repeat_failed, metadata={"help": "see DemoMix"})
+    init_demo_after_failure_memory: float = field(
+        default=DemoMix.after_failure_memory, metadata={"help": "see DemoMix"}
+    )
+    init_demo_useful: float = field(default=DemoMix.useful, metadata={"help": "see DemoMix"})
+    init_demo_place_memory: float = field(default=DemoMix.place_memory, metadata={"help": "see DemoMix"})
+    init_demo_wrong_executable: float = field(
+        default=DemoMix.wrong_executable, metadata={"help": "see DemoMix"}
+    )
+    init_demo_second_memory: float = field(default=DemoMix.second_memory, metadata={"help": "see DemoMix"})
+    init_demo_random_memory: float = field(default=DemoMix.random_memory, metadata={"help": "see DemoMix"})
+
+    def demo_mix(self) -> DemoMix:
+        prefix = "init_demo_"
+        return DemoMix(**{f.name[len(prefix) :]: getattr(self, f.name) for f in dataclasses.fields(self)
+                          if f.name.startswith(prefix)})  # fmt: skip
+
+    def arch(self) -> TinyArch:
+        return TinyArch(
+            hidden_size=self.init_hidden_size,
+            intermediate_size=self.init_intermediate_size,
+            num_hidden_layers=self.init_layers,
+            num_attention_heads=self.init_heads,
+            num_key_value_heads=self.init_kv_heads,
+            head_dim=self.init_head_dim,
+        )
+
+    def build_kwargs(self) -> dict:
+        """Keyword arguments of `build_init_policy` (add out_dir, games_dir, seed)."""
+        return {
+            "n_train_games": self.init_games_per_type,
+            "game_size": self.init_game_size,
+            "max_env_steps": self.init_max_env_steps,
+            "demo_mix": self.demo_mix(),
+            "vocab_size": self.init_vocab_size,
+            "arch": self.arch(),
+            "epochs": self.init_epochs,
+            "lr": self.init_lr,
+            "warmup_ratio": self.init_warmup_ratio,
+            "batch_size": self.init_batch_size,
+            "max_length": self.init_max_length,
+            "logging_steps": self.init_logging_steps,
+        }
+
+
+# --- games --------------------------------------------------------------------------------
+
+
+def train_games(games_dir: str | Path, per_type: int, seed: int, size: str = "small", progress: bool = False):
+    """The first `per_type` generated train games of each type under `games_dir`, made if missing."""
+    from selskill.envs.alfworld import TRAJ_FILE, find_games
+    from selskill.envs.alfworld_gen import TASK_TYPES, generate_games
+
+    def pick(index):
+        chosen: dict[str, list] = defaultdict(list)
+        for record in sorted(index.games, key=lambda r: r.task_id):
+            meta = json.loads((Path(record.path).parent / TRAJ_FILE).read_text()).get("selskill") or {}
+            if (
+                meta.get("seed") == seed
+                and meta.get("size") == size
+                and meta.get("index", per_type) < per_type
+            ):
+                chosen[record.task_type].append(record)
+        return chosen
+
+    root = Path(games_dir)
+    chosen = pick(find_games(root, "train")) if (root / "train").is_dir() else {}
+    if any(len(chosen.get(t, [])) < per_type for t in TASK_TYPES):
+        generate_games(root, per_type=per_type, seed=seed, split="train", size=size, progress=progress)
+        chosen = pick(find_games(root, "train"))
+    records = [r for t in TASK_TYPES for r in sorted(chosen.get(t, []), key=lambda r: r.task_id)]
+    return records
+
+
+# --- SFT --------------------------------------------------------------------------------
+
+
+def demo_token_lengths(tokenizer, demos: list[Demo]) -> list[int]:
+    return [len(tokenizer.apply_chat_template(d.messages, tokenize=True, return_dict=True)["input_ids"])
+            for d in demos]  # fmt: skip
+
+
+def sft_dataset(demos: list[Demo]):
+    from datasets import Dataset
+
+    return Dataset.from_list([{"messages": d.messages} for d in demos])
+
+
+def sft_config(
+    output_dir: str | Path,
+    *,
+    seed: int,
+    epochs: float,
+    lr: float,
+    batch_size: int,
+    max_length: int,
+    warmup_ratio: float = 0.05,
+    logging_steps: int = 10,
+    report_to: str | list[str] = "none",
+    progress: bool = True,
+    use_cpu: bool | None = None,
+):
+    from trl import SFTConfig
+
+    if use_cpu is None:
+        import torch
+
+        use_cpu = not torch.cuda.is_available()
+    return SFTConfig(
+        output_dir=str(output_dir),
+        num_train_epochs=epochs,
+        learning_rate=lr,
+        lr_scheduler_type="cosine",
+        warmup_steps=warmup_ratio,
+        weight_decay=0.0,
+        per_device_train_batch_size=batch_size,
+        gradient_accumulation_steps=1,
+        max_length=max_length,
+        assistant_only_loss=True,
+        packing=False,
+        # similar lengths in one batch: less padding, which is pure waste on a CPU
+        train_sampling_strategy="group_by_length",
+        bf16=False,
+        fp16=False,
+        gradient_checkpointing=False,
+        use_cpu=use_cpu,
+        seed=seed,
+        data_seed=seed,
+        logging_steps=logging_steps,
+        save_strategy="no",
+        report_to=report_to,
+        disable_tqdm=not progress,
+        dataloader_num_workers=0,
+    )
+
+
+def sft_train(model, tokenizer, demos: list[Demo], args) -> tuple[object, dict]:
+    """SFT `model` on `demos`; returns the trainer and training stats (loss curve, tokens/s)."""
+    from trl import SFTTrainer
+
+    trainer = SFTTrainer(model=model, args=args, train_dataset=sft_dataset(demos), processing_class=tokenizer)
+    n_tokens = sum(len(ids) for ids in trainer.train_dataset["input_ids"])
+    n_trained = sum(sum(1 for x in labels if x != -100) for labels in trainer.train_dataset["labels"]) \
+        if "labels" in trainer.train_dataset.column_names else None  # fmt: skip
+    start = time.perf_counter()
+    output = trainer.train()
+    seconds = time.perf_counter() - start
+    epochs = float(args.num_train_epochs)
+    losses = [
+        {"step": e["step"], "epoch": round(e.get("epoch", 0.0), 3), "loss": e["loss"]}
+        for e in trainer.state.log_history
+        if "loss" in e
+    ]
+    stats = {
+        "train_seconds": round(seconds, 1),
+        "steps": trainer.state.global_step,
+        "final_train_loss": output.training_loss,
+        "loss_curve": losses,
+        "tokens_per_epoch": n_tokens,
+        "assistant_tokens_per_epoch": n_trained,
+        "tokens_per_second": round(n_tokens * epochs / seconds, 1) if seconds > 0 else None,
+    }
+    return trainer, stats
+
+
+# --- the whole build ------------------------------------------------------------------------
+
+
+def _settings(**kwargs) -> dict:
+    out = {}
+    for key, value in kwargs.items():
+        if dataclasses.is_dataclass(value):
+            value = dataclasses.asdict(value)
+        elif isinstance(value, Path):
+            value = str(value)
+        out[key] = value
+    return json.loads(json.dumps(out, sort_keys=True))
+
+
+def read_manifest(out_dir: str | Path) -> dict | None:
+    path = Path(out_dir).parent / MANIFEST
+    if not path.is_file():
+        return None
+    return json.loads(path.read_text())
+
+
+def is_complete(out_dir: str | Path) -> bool:
+    out_dir = Path(out_dir)
+    return (out_dir.parent / COMPLETED).is_file() and (out_dir / "config.json").is_file()
+
+
+def build_init_policy(
+    out_dir: str | Path,
+    *,
+    games_dir: str | Path,
+    n_train_games: int = 40,
+    seed: int = 42,
+    demo_mix: DemoMix | None = None,
+    vocab_size: int = 2048,
+    arch: TinyArch | None = None,
+    epochs: float = 6.0,
+    lr: float = 2e-3,
+    batch_size: int = 4,
+    max_length: int = 4096,
+    warmup_ratio: float = 0.05,
+    logging_steps: int = 10,
+    max_env_steps: int = DEFAULT_MAX_ENV_STEPS,
+    game_size: str = "small",
+    games_seed: int | None = None,
+    report_to: str | list[str] = "none",
+    progress: bool = True,
+    redo: bool = False,
+) -> Path:
+    """Build (or reuse) the offline init policy at `out_dir`; returns `out_dir`.
+
+    `n_train_games` is per task type; `games_seed` (default `seed`) seeds the game
+    generator, `seed` the demo mix, the model init and SFT.
+    """
+    out_dir = Path(out_dir)
+    stage_dir = out_dir.parent
+    demo_mix = demo_mix or DemoMix()
+    arch = arch or TinyArch()
+    games_seed = seed if games_seed is None else games_seed
+    settings = _settings(
+        version=MANIFEST_VERSION,
+        games_dir=Path(games_dir).resolve(),
+        n_train_games=n_train_games,
+        seed=seed,
+        games_seed=games_seed,
+        game_size=game_size,
+        max_env_steps=max_env_steps,
+        demo_mix=demo_mix,
+        vocab_size=vocab_size,
+        arch=arch,
+        epochs=epochs,
+        lr=lr,
+        warmup_ratio=warmup_ratio,
+        batch_size=batch_size,
+        max_length=max_length,
+    )
+    if not redo and is_complete(out_dir):
+        manifest = read_manifest(out_dir) or {}
+        if manifest.get("settings") == settings:
+            return out_dir
+        raise FileExistsError(
+            f"{out_dir} holds an init policy built with other settings ({stage_dir / MANIFEST}); "
+            "pass redo=True (--redo) to rebuild it, or choose another experiment"
+        )
+    (stage_dir / COMPLETED).unlink(missing_ok=True)
+    stage_dir.mkdir(parents=True, exist_ok=True)
+    timings: dict[str, float] = {}
+    t_all = time.perf_counter()
+
+    t = time.perf_counter()
+    records = train_games(games_dir, n_train_games, games_seed, game_size, progress=progress)
+    timings["games_seconds"] = round(time.perf_counter() - t, 1)
+
+    t = time.perf_counter()
+    report = build_demos(records, mix=demo_mix, seed=seed, max_env_steps=max_env_steps, progress=progress)
+    timings["demos_seconds"] = round(time.perf_counter() - t, 1)
+    if not report.demos:
+        raise RuntimeError(f"no winning demonstration from {len(records)} games: {dict(report.dropped)}")
+
+    t = time.perf_counter()
+    tokenizer = train_tokenizer(tokenizer_corpus(report.demos), vocab_size=vocab_size)
+    timings["tokenizer_seconds"] = round(time.perf_counter() - t, 1)
+
+    lengths = demo_token_lengths(tokenizer, report.demos)
+    kept = [d for d, n in zip(report.demos, lengths, strict=True) if n <= max_length]
+    kept_lengths = [n for n in lengths if n <= max_length]
+    too_long = len(report.demos) - len(kept)
+
+    model = build_model(tokenizer, arch, seed=seed)
+    work = stage_dir / "sft"
+    args = sft_config(
+        work,
+        seed=seed,
+        epochs=epochs,
+        lr=lr,
+        batch_size=batch_size,
+        max_length=max_length,
+        warmup_ratio=warmup_ratio,
+        logging_steps=logging_steps,
+        report_to=report_to,
+        progress=progress,
+    )
+    trainer, train_stats = sft_train(model, tokenizer, kept, args)
+
+    tmp = out_dir.with_name(out_dir.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    trainer.model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    shutil.rmtree(out_dir, ignore_errors=True)
+    os.replace(tmp, out_dir)
+    shutil.rmtree(work, ignore_errors=True)
+    timings["total_seconds"] = round(time.perf_counter() - t_all, 1)
+
+    stats = report.stats()
+    stats["dropped"]["too_long"] = too_long
+    manifest = {
+        "settings": settings,
+        "model_dir": str(out_dir),
+        "n_parameters": sum(p.numel() for p in trainer.model.parameters()),
+        "vocab": len(tokenizer),
+        "demos": stats,
+        "demo_tokens": {
+            "mean": round(sum(kept_lengths) / max(1, len(kept_lengths)), 1),
+            "max": max(kept_lengths, default=0),
+            "min": min(kept_lengths, default=0),
+            "total": sum(kept_lengths),
+        },
+        "train": train_stats,
+        "timings": timings,
+        "task_ids": [d.task_id for d in kept],
+        "demo_task_types": dict(Counter(d.task_type for d in kept)),
+    }
+    (stage_dir / (MANIFEST + ".tmp")).write_text(json.dumps(manifest, indent=1) + "\n")
+    os.replace(stage_dir / (MANIFEST + ".tmp"), stage_dir / MANIFEST)
+    (stage_dir / COMPLETED).write_text(json.dumps({"seconds": timings["total_seconds"]}) + "\n")
+    return out_dir
+
+
+def build_init_policy_from_config(
+    config: InitConfig, out_dir: str | Path, *, games_dir: str | Path, seed: int, **kwargs
+) -> Path:
+    """`build_init_policy` with the recipe's `InitConfig` and TRL's recipe-wide `seed`."""
+    return build_init_policy(out_dir, games_dir=games_dir, seed=seed, **{**config.build_kwargs(), **kwargs})
+
+
+__all__ = [
+    "COMPLETED",
+    "MANIFEST",
+    "InitConfig",
+    "build_init_policy",
+    "build_init_policy_from_config",
+    "demo_stats",
+    "demo_token_lengths",
+    "is_complete",
+    "read_manifest",
+    "sft_config",
+    "sft_train",
+    "train_games",
+]

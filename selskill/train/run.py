@@ -1,0 +1,455 @@
+"""The train stage: round r's pair shards -> DPO -> runs/<exp>/round_<r>/train/{checkpoint-*, model/, COMPLETED}.
+
+    python -m selskill.train.run --config recipes/tiny.yaml --round 1          (one process)
+    accelerate launch --config_file recipes/accelerate/zero3.yaml pipelines/train_dpo.py \\
+        --config recipes/dpo_8b.yaml --round 1                                (many)
+    selskill train --config recipes/dpo_8b.yaml --round 1   (relaunches under train_accelerate_config)
+
+The policy trained (and the reference) is round r-1's `train/model` (round 1: the recipe's
+`model_name_or_path`, else the run's init policy at round_0/train/model). Rerunning resumes
+from the last checkpoint; a round with `COMPLETED` is skipped unless `--redo`. `model/` holds
+the weights and the tokenizer; `COMPLETED` is written last.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import secrets
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from selskill.data.layout import StageDir, policy_dir
+from selskill.data.shards import read_shards, write_json_atomic
+
+COMPLETED = "COMPLETED"
+DATASET_DIR = "dataset"
+STATS_FILE = "pairs_stats.json"
+
+
+# --- inputs ---------------------------------------------------------------------------------------------
+
+
+def pair_shards(run) -> list[Path]:
+    label = StageDir.of(run.runs_dir, run.exp, run.round, "label")
+    shards = label.shard_files()
+    if not shards:
+        raise FileNotFoundError(
+            f"no pair shards found at {label.shards}: run the label stage first "
+            f"(round {run.round} of experiment {run.exp!r} under {run.runs_dir})"
+        )
+    return shards
+
+
+def resolve_policy(run, policy) -> tuple[str, str]:
+    """(model path or hub id, how it was chosen). Raises when a local policy is missing."""
+    if run.round <= 1 and policy.model_name_or_path:
+        source = policy.model_name_or_path
+        if Path(source).exists() or os.path.isabs(source) or source.startswith(".") or source.count("/") > 1:
+            if not Path(source).is_dir():
+                raise FileNotFoundError(f"model_name_or_path {source} is not a model directory")
+            return source, "model_name_or_path (local)"
+        return source, "model_name_or_path (hub id)"
+    path = policy_dir(run.runs_dir, run.exp, run.round)
+    if not path.is_dir():
+        hint = (
+            "train the init policy first (round 0) or set model_name_or_path"
+            if run.round <= 1
+            else f"finish round {run.round - 1} first (its train stage writes that directory)"
+        )
+        raise FileNotFoundError(f"no policy at {path} to train round {run.round} from: {hint}")
+    return str(path), f"round {run.round - 1} model"
+
+
+def _under_launcher() -> bool:
+    return "LOCAL_RANK" in os.environ or int(os.environ.get("WORLD_SIZE", "1")) > 1
+
+
+def init_cpu_deepspeed() -> None:
+    """DeepSpeed on CPU processes needs the gloo backend before anything sets up the distributed state."""
+    if (
+        os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() != "true"
+        or "LOCAL_RANK" not in os.environ
+    ):
+        return
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    import deepspeed
+
+    deepspeed.init_distributed(dist_backend="gloo", auto_mpi_discovery=False)
+
+
+def read_accelerate_config(path: str) -> dict:
+    import yaml
+
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(
+            f"train_accelerate_config {path} does not exist: use one of recipes/accelerate/{{ddp,zero2,zero3}}.yaml "
+            f"(paths are relative to the directory you run from)"
+        )
+    conf = yaml.safe_load(p.read_text()) or {}
+    ds = conf.get("deepspeed_config") or {}
+    ds_file = ds.get("deepspeed_config_file")
+    if ds_file and not Path(ds_file).is_file():
+        raise FileNotFoundError(f"{path} names deepspeed_config_file {ds_file}, which does not exist")
+    return conf
+
+
+# --- dataset --------------------------------------------------------------------------------------------
+
+
+def _dataset_key(shards: Sequence[Path], cfg) -> str:
+    h = hashlib.sha256()
+    for p in shards:
+        st = p.stat()
+        h.update(f"{p.resolve()}:{st.st_size}:{st.st_mtime_ns}\n".encode())
+    knobs = (
+        cfg.train_pair_kinds,
+        cfg.train_local_fraction,
+        cfg.train_window_n,
+        cfg.train_keep_head_messages,
+        cfg.train_message_start_token,
+        cfg.train_trim_after_window,
+        cfg.train_overflow,
+        cfg.max_length,
+        cfg.seed,
+    )
+    h.update(repr(knobs).encode())
+    return h.hexdigest()[:16]
+
+
+def build_train_dataset(shards: Sequence[Path], cfg, tokenizer, out_dir: Path, is_main: bool):
+    """Pair shards -> token rows saved under out_dir (built once by the main process, reused on resume).
+
+    The dataset lives on disk so that every process sees the same files, which is what TRL's
+    `precompute_ref_log_probs` cache needs with several processes (NOTES.md).
+    """
+    from datasets import load_from_disk
+
+    from selskill.train.pairs import build_from_config, examples_to_dataset
+
+    key = _dataset_key(shards, cfg)
+    stamp = out_dir / "build.json"
+    if is_main and not (stamp.is_file() and json.loads(stamp.read_text()).get("key") == key):
+        table = read_shards(shards, "pair")
+        examples, stats = build_from_config(table, cfg, tokenizer)
+        print(stats.report(), flush=True)
+        if not examples:
+            raise ValueError(
+                f"no trainable pairs in {len(shards)} shard(s) at {shards[0].parent} "
+                f"(train_pair_kinds={cfg.train_pair_kinds}, max_length={cfg.max_length}): see the counts above"
+            )
+        tmp = out_dir.with_name(out_dir.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        examples_to_dataset(examples).save_to_disk(str(tmp))
+        write_json_atomic({"key": key, "stats": stats.to_dict()}, tmp / "build.json")
+        shutil.rmtree(out_dir, ignore_errors=True)
+        tmp.rename(out_dir)
+        write_json_atomic(stats.to_dict(), out_dir.parent / STATS_FILE)
+    return load_from_disk(str(out_dir))
+
+
+# --- wandb ----------------------------------------------------------------------------------------------
+
+
+def _wandb_key_configured() -> bool:
+    if os.environ.get("WANDB_API_KEY"):
+        return True
+    try:
+        import netrc
+
+        return netrc.netrc().authenticators("api.wandb.ai") is not None
+    except (OSError, netrc.NetrcParseError):
+        return False
+
+
+def setup_wandb(run, cfg, stage_path: Path, is_main: bool) -> None:
+    """wandb run with group=<exp>, job_type=train; offline without a key; off when WANDB_MODE=disabled."""
+    if "wandb" not in (cfg.report_to or []):
+        return
+    if os.environ.get("WANDB_MODE", "").lower() == "disabled":
+        cfg.report_to = [r for r in cfg.report_to if r != "wandb"]
+        return
+    if not os.environ.get("WANDB_MODE") and not _wandb_key_configured():
+        os.environ["WANDB_MODE"] = "offline"
+    os.environ.setdefault("WANDB_PROJECT", run.wandb_project)
+    if not is_main:
+        return
+    import wandb
+
+    id_file = stage_path / "wandb_id"
+    run_id = (
+        id_file.read_text().strip() if id_file.is_file() else secrets.token_hex(8)
+    )  # resumes keep the run
+    id_file.write_text(run_id + "\n")
+    wandb.init(
+        project=run.wandb_project,
+        group=run.exp,
+        job_type="train",
+        name=f"{run.exp}-round{run.round}-train",
+        id=run_id,
+        resume="allow",
+        dir=str(stage_path),
+        config={"round": run.round, "exp": run.exp, **_jsonable(cfg.to_dict())},
+    )
+
+
+def _jsonable(d: dict) -> dict:
+    return json.loads(json.dumps(d, default=str))
+
+
+# --- the stage ------------------------------------------------------------------------------------------
+
+
+def write_resolved_config(path: Path, *configs) -> None:
+    import dataclasses
+
+    import yaml
+
+    flat: dict = {}
+    for c in configs:
+        flat.update(c.to_dict() if hasattr(c, "to_dict") else dataclasses.asdict(c))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(yaml.safe_dump(_jsonable(flat), sort_keys=True))
+    tmp.replace(path)
+
+
+def run_train(run, policy, cfg) -> Path:
+    """Train round `run.round`; returns the train stage directory."""
+    from accelerate import PartialState
+    from transformers import AutoTokenizer
+    from transformers.trainer_utils import get_last_checkpoint
+
+    from selskill.train.trainer import SelSkillDPOTrainer
+
+    state = PartialState()
+    stage = StageDir.of(run.runs_dir, run.exp, run.round, "train")
+    done = stage.path / COMPLETED
+    if done.exists() and not run.redo:
+        if state.is_main_process:
+            print(f"train: {stage.path} is complete ({COMPLETED} exists); rerun with --redo to train again")
+        return stage.path
+    shards = pair_shards(run)
+    model_path, source = resolve_policy(run, policy)
+    if state.is_main_process:
+        if run.redo:
+            old = [
+                done,
+                stage.path / "model",
+                stage.path / DATASET_DIR,
+                stage.path / STATS_FILE,
+                stage.path / "wandb_id",
+            ]
+            for p in [*old, *stage.path.glob("checkpoint-*")]:
+                shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+        stage.path.mkdir(parents=True, exist_ok=True)
+    state.wait_for_everyone()
+
+    cfg.output_dir = str(stage.path)
+    cfg.trust_remote_code = policy.trust_remote_code
+    if state.is_main_process:
+        write_resolved_config(stage.config, run, policy, cfg)
+        print(
+            f"train: round {run.round} of {run.exp!r} from {model_path} ({source}) -> {stage.path}",
+            flush=True,
+        )
+
+    tokenizer = AutoTokenizer.from_pretrained(model_path, trust_remote_code=policy.trust_remote_code)
+    with state.main_process_first():
+        dataset = build_train_dataset(shards, cfg, tokenizer, stage.path / DATASET_DIR, state.is_main_process)
+    setup_wandb(run, cfg, stage.path, state.is_main_process)
+
+    start = time.time()
+    trainer = SelSkillDPOTrainer(model_path, args=cfg, train_dataset=dataset, processing_class=tokenizer)
+    last = get_last_checkpoint(str(stage.path)) if stage.path.is_dir() else None
+    if last and state.is_main_process:
+        print(f"train: resuming from {last}", flush=True)
+    result = trainer.train(resume_from_checkpoint=last)
+
+    tmp = stage.path / "model.tmp"
+    if state.is_main_process:
+        shutil.rmtree(tmp, ignore_errors=True)  # left by a save that crashed
+    state.wait_for_everyone()
+    trainer.save_model(str(tmp))  # every rank: ZeRO-3 gathers the weights
+    state.wait_for_everyone()
+    if state.is_main_process:
+        tokenizer.save_pretrained(str(tmp))
+        final = stage.path / "model"
+        shutil.rmtree(final, ignore_errors=True)
+        tmp.rename(final)
+        losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+        write_json_atomic(
+            {
+                "model": str(final),
+                "policy_source": model_path,
+                "global_step": trainer.state.global_step,
+                "train_loss": result.training_loss,
+                "first_logged_loss": losses[0] if losses else None,
+                "last_logged_loss": losses[-1] if losses else None,
+                "logged_losses": losses,
+                "pairs": len(dataset),
+                "world_size": state.num_processes,
+                "distributed_type": str(trainer.accelerator.distributed_type.value),
+                "zero_stage": getattr(trainer.accelerator.state.deepspeed_plugin, "zero_stage", None),
+                "seconds": round(time.time() - start, 1),
+            },
+            done,
+        )
+        print(f"train: wrote {final} and {done}", flush=True)
+    state.wait_for_everyone()
+    if "wandb" in (cfg.report_to or []) and state.is_main_process:
+        import wandb
+
+        wandb.finish()
+    return stage.path
+
+
+# --- dry run --------------------------------------------------------------------------------------------
+
+
+def count_steps(pairs: int, cfg, world_size: int) -> int:
+    """Optimizer steps the Trainer will take for `pairs` rows (its own formula, even batches per rank)."""
+    if cfg.max_steps > 0:
+        return cfg.max_steps
+    batches = math.ceil(pairs / (cfg.per_device_train_batch_size * world_size))
+    per_epoch = max(math.ceil(batches / cfg.gradient_accumulation_steps), 1)
+    return math.ceil(cfg.num_train_epochs * per_epoch)
+
+
+def dry_run(run, policy, cfg, out=print) -> dict:
+    """Resolve files, count pairs when shards exist, print batch size and steps. Loads no weights."""
+    info: dict = {}
+    world = int(os.environ.get("WORLD_SIZE", "0")) if _under_launcher() else 0
+    if cfg.train_accelerate_config:
+        conf = read_accelerate_config(cfg.train_accelerate_config)
+        info["accelerate"] = {
+            "config": cfg.train_accelerate_config,
+            "distributed_type": conf.get("distributed_type"),
+            "num_processes": conf.get("num_processes", 1),
+            "zero_stage": (conf.get("deepspeed_config") or {}).get("zero_stage"),
+            "mixed_precision": conf.get("mixed_precision"),
+        }
+        world = world or int(conf.get("num_processes", 1))
+    world = world or 1
+    eff = cfg.per_device_train_batch_size * cfg.gradient_accumulation_steps * world
+    info.update(world_size=world, effective_batch_size=eff)
+    try:
+        model_path, source = resolve_policy(run, policy)
+        info["policy"] = f"{model_path} ({source})"
+    except FileNotFoundError as exc:
+        model_path, info["policy"] = None, f"not available yet: {exc}"
+    label = StageDir.of(run.runs_dir, run.exp, run.round, "label")
+    shards = label.shard_files()
+    if shards:
+        from selskill.train.pairs import build_from_config
+
+        tokenizer = None
+        if model_path and Path(model_path).is_dir():
+            from transformers import AutoTokenizer
+
+            tokenizer = AutoTokenizer.from_pretrained(model_path)
+        examples, stats = build_from_config(read_shards(shards, "pair"), cfg, tokenizer)
+        info["pairs"] = len(examples)
+        info["pair_report"] = stats.report()
+    else:
+        info["pairs"] = None
+    n = info["pairs"]
+    steps = count_steps(n, cfg, world) if n else (cfg.max_steps if cfg.max_steps > 0 else None)
+    info["steps"] = steps
+    info["warmup_steps"] = cfg.get_warmup_steps(steps) if steps else None
+
+    out(
+        f"dry run: {run.exp} round {run.round} -> {StageDir.of(run.runs_dir, run.exp, run.round, 'train').path}"
+    )
+    out(f"  policy: {info['policy']}")
+    if "accelerate" in info:
+        a = info["accelerate"]
+        out(
+            f"  launch: {a['config']} ({a['distributed_type']}, {a['num_processes']} processes, "
+            f"zero stage {a['zero_stage']}, mixed precision {a['mixed_precision']})"
+        )
+    out(
+        f"  effective batch size: {eff} = {cfg.per_device_train_batch_size} per device x "
+        f"{cfg.gradient_accumulation_steps} accumulation x {world} processes"
+    )
+    out(
+        f"  loss: {'+'.join(cfg.loss_type)} beta={cfg.beta}, lr={cfg.learning_rate} {cfg.lr_scheduler_type.value}, "
+        f"warmup {cfg.warmup_steps}, epochs {cfg.num_train_epochs}, max_length {cfg.max_length}, "
+        f"pairs {cfg.train_pair_kinds}, window n={cfg.train_window_n}, bf16 {cfg.bf16}"
+        + (
+            " (not supported on this machine: checked when training)"
+            if getattr(cfg, "bf16_deferred", False)
+            else ""
+        )
+        + f", gradient checkpointing {cfg.gradient_checkpointing}, precompute_ref_log_probs {cfg.precompute_ref_log_probs}"
+    )
+    if n is None:
+        examples = ", ".join(f"{p} pairs -> {count_steps(p, cfg, world)}" for p in (500, 2000, 10000))
+        out(f"  pairs: no shards at {label.shards} yet; steps: {examples}")
+    else:
+        out("  " + info["pair_report"].replace("\n", "\n  "))
+        out(f"  steps: {steps} (warmup {info['warmup_steps']})")
+    return info
+
+
+# --- entry points ---------------------------------------------------------------------------------------
+
+
+def parse(argv: Sequence[str] | None = None):
+    """(RunConfig, PolicyConfig, TrainConfig) of a recipe plus command-line overrides."""
+    from selskill.config import PolicyConfig, RunConfig, parse_recipe
+    from selskill.train.config import TrainConfig
+
+    init_cpu_deepspeed()  # before the configs: TrainingArguments sets up the distributed state
+    configs = parse_recipe(argv)
+    return tuple(next(c for c in configs if isinstance(c, t)) for t in (RunConfig, PolicyConfig, TrainConfig))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Train (or dry-run) in this process; under `accelerate launch`, in every process."""
+    run, policy, cfg = parse(argv)
+    if cfg.dry_run:
+        dry_run(run, policy, cfg)
+        return 0
+    run_train(run, policy, cfg)
+    return 0
+
+
+def launch(argv: Sequence[str]) -> int:
+    """`selskill train`: relaunch under the recipe's accelerate config, or train here when none is set."""
+    argv = list(argv)
+    run, policy, cfg = parse(argv)
+    if cfg.dry_run or not cfg.train_accelerate_config or _under_launcher():
+        if cfg.dry_run:
+            dry_run(run, policy, cfg)
+            return 0
+        run_train(run, policy, cfg)
+        return 0
+    read_accelerate_config(cfg.train_accelerate_config)
+    cmd = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--config_file",
+        cfg.train_accelerate_config,
+        "-m",
+        "selskill.train.run",
+        *argv,
+    ]
+    print(f"selskill train: {shlex.join(cmd)}", flush=True)
+    return subprocess.call(cmd)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

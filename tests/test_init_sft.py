@@ -1,0 +1,183 @@
+"""Init SFT: assistant-only loss, the loss goes down, save/reload, reuse, and a greedy replay."""
+
+import dataclasses
+import json
+
+import pytest
+
+from selskill.agent.parser import parse_turn
+from selskill.agent.transcript import after_action, after_skill, opening_messages
+from selskill.envs.alfworld import AlfworldEnv, find_games
+from selskill.policy import init_sft
+from selskill.policy.bootstrap import IM_END, TinyArch, build_model, train_tokenizer
+from selskill.policy.demos import DEMO_FORMAT, DEMO_LISTING_STYLE, DemoMix, make_demos, tokenizer_corpus
+from selskill.policy.init_sft import (
+    COMPLETED,
+    MANIFEST,
+    InitConfig,
+    build_init_policy,
+    sft_config,
+    sft_dataset,
+    sft_train,
+)
+from selskill.skills import SkillExecutor, load_alfworld_skills, render_listing
+
+MICRO = TinyArch(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
+                 num_key_value_heads=1, head_dim=32)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def demos(small_games):
+    return make_demos(small_games, seed=0)
+
+
+@pytest.fixture(scope="module")
+def tokenizer(demos):
+    return train_tokenizer(tokenizer_corpus(demos), vocab_size=1024)
+
+
+def _args(tmp_path, **kw):
+    base = dict(seed=0, epochs=1, lr=3e-3, batch_size=2, max_length=4096, logging_steps=1, progress=False)
+    return sft_config(tmp_path / "sft", **{**base, **kw})
+
+
+def test_only_assistant_tokens_carry_loss(tmp_path, demos, tokenizer):
+    from trl import SFTTrainer
+
+    model = build_model(tokenizer, MICRO, seed=0)
+    trainer = SFTTrainer(
+        model=model, args=_args(tmp_path), train_dataset=sft_dataset(demos[:2]), processing_class=tokenizer
+    )
+    row = trainer.train_dataset[0]
+    ids, labels = row["input_ids"], row["labels"]
+    trained = [i for i, lab in zip(ids, labels, strict=True) if lab != -100]
+    expected = "".join(m["content"] + IM_END for m in row["messages"] if m["role"] == "assistant")
+    assert tokenizer.decode(trained) == expected
+    # and the untrained part is exactly everything else
+    untrained = [i for i, lab in zip(ids, labels, strict=True) if lab == -100]
+    assert len(trained) + len(untrained) == len(ids)
+    assert "Admissible commands" in tokenizer.decode(untrained)
+    assert "Admissible commands" not in tokenizer.decode(trained)
+
+
+def test_sft_lowers_the_loss(tmp_path, demos, tokenizer):
+    model = build_model(tokenizer, MICRO, seed=0)
+    _, stats = sft_train(model, tokenizer, demos, _args(tmp_path, epochs=4, lr=1e-2, batch_size=3))
+    losses = [e["loss"] for e in stats["loss_curve"]]
+    assert len(losses) == 8
+    assert losses[-1] < 0.8 * losses[0], losses
+    assert stats["tokens_per_second"] > 0
+
+
+def _greedy_episode(model, tokenizer, games, task_id, max_turns=12):
+    """Test-only greedy play: the transcript the runner would build, one decision at a time."""
+    import torch
+
+    library = load_alfworld_skills()
+    executor = SkillExecutor(library)
+    env = AlfworldEnv(games)
+    state = env.reset(task_id)
+    messages = opening_messages(DEMO_FORMAT, render_listing(library, DEMO_LISTING_STYLE), state)
+    end = tokenizer.convert_tokens_to_ids(IM_END)
+    for _ in range(max_turns):
+        ids = tokenizer.apply_chat_template(
+            messages, add_generation_prompt=True, return_tensors="pt", return_dict=True
+        )
+        with torch.no_grad():
+            out = model.generate(**ids, max_new_tokens=40, do_sample=False, eos_token_id=end)
+        text = tokenizer.decode(out[0, ids["input_ids"].shape[1] :], skip_special_tokens=True)
+        turn = parse_turn(text, library.names)
+        if not turn.ok:
+            return messages, state, f"malformed:{turn.reason}"
+        messages.append(DEMO_FORMAT.assistant_message(text.strip()))
+        if turn.kind == "action":
+            state = env.step(turn.action)
+            messages.append(after_action(DEMO_FORMAT, state))
+        else:
+            record = executor.execute(env, turn.skill, turn.arguments)
+            state = env.state
+            messages.append(after_skill(DEMO_FORMAT, record.observation, state))
+        if state.won:
+            return messages, state, "won"
+    return messages, state, "turn_limit"
+
+
+def test_greedy_replay_of_a_memorised_demo(tmp_path, small_games, demos, tokenizer):
+    """Overfit one demo, then play its game greedily: the policy must write the same turns and win.
+
+    This checks that the trained format is exactly the one the policy is sampled with
+    (chat template, transcript builders, skill returns, end-of-turn token).
+    """
+    demo = min((d for d in demos if d.n_skill_calls), key=lambda d: len(d.messages))
+    model = build_model(tokenizer, MICRO, seed=0)
+    trainer, stats = sft_train(model, tokenizer, [demo], _args(tmp_path, epochs=100, lr=1e-2, batch_size=1))
+    games = find_games(small_games, "train")
+    messages, state, end = _greedy_episode(trainer.model.eval(), tokenizer, games, demo.task_id)
+    assert end == "won", (stats["loss_curve"][-1], messages[2:])
+    assert messages == demo.messages
+
+
+def test_build_reload_and_reuse(tmp_path, monkeypatch):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    out = tmp_path / "runs" / "t" / "round_0" / "train" / "model"
+    games_dir = tmp_path / "games"
+    kwargs = dict(games_dir=games_dir, n_train_games=1, seed=0, vocab_size=1024, arch=MICRO, epochs=1, lr=3e-3,
+                  batch_size=3, max_length=4096, demo_mix=DemoMix(), progress=False)  # fmt: skip
+    assert build_init_policy(out, **kwargs) == out
+    stage = out.parent
+    assert (stage / COMPLETED).is_file() and (out / "config.json").is_file()
+    assert not (stage / "sft").exists()  # the trainer's scratch directory is removed
+    manifest = json.loads((stage / MANIFEST).read_text())
+    assert manifest["settings"]["n_train_games"] == 1 and manifest["demos"]["n_demos"] >= 5
+    assert manifest["train"]["steps"] == 2 and manifest["train"]["tokens_per_second"] > 0
+    assert 0 < manifest["demo_tokens"]["mean"] <= manifest["demo_tokens"]["max"] <= 4096
+    assert len(find_games(games_dir, "train").games) == 6  # generated because missing
+
+    model = AutoModelForCausalLM.from_pretrained(out)
+    tok = AutoTokenizer.from_pretrained(out)
+    assert sum(p.numel() for p in model.parameters()) == manifest["n_parameters"]
+    demo = make_demos(find_games(games_dir, "train").games[:1], seed=0)[0]
+    ids = tok.apply_chat_template(
+        demo.messages, tokenize=True, return_dict=True, return_assistant_tokens_mask=True
+    )
+    assert tok.decode(ids["input_ids"]).startswith("<|im_start|>system\n")
+    assert 0 < sum(ids["assistant_masks"]) < len(ids["input_ids"])
+
+    # the same settings again: reused, nothing retrained; other settings: refused
+    def boom(*args, **kw):
+        raise AssertionError("retrained")
+
+    monkeypatch.setattr(init_sft, "sft_train", boom)
+    assert build_init_policy(out, **kwargs) == out
+    with pytest.raises(FileExistsError):
+        build_init_policy(out, **{**kwargs, "lr": 1e-3})
+
+
+def test_init_config_joins_a_trl_recipe():
+    from trl import DPOConfig, SFTConfig, TrlParser
+
+    names = {f.name for f in dataclasses.fields(InitConfig)}
+    assert all(n.startswith("init_") for n in names)
+    trl_names = {f.name for t in (DPOConfig, SFTConfig) for f in dataclasses.fields(t)}
+    assert not names & trl_names
+    cfg = InitConfig()
+    assert cfg.demo_mix() == DemoMix()
+    assert cfg.arch() == TinyArch()
+    assert set(cfg.build_kwargs()) <= set(build_init_policy.__code__.co_varnames)
+    parser = TrlParser((InitConfig, DPOConfig))
+    init, dpo = parser.parse_args_and_config(
+        args=[
+            "--output_dir",
+            "x",
+            "--bf16",
+            "false",
+            "--init_epochs",
+            "2",
+            "--init_demo_useful",
+            "0.5",
+            "--seed",
+            "7",
+        ]
+    )
+    assert init.init_epochs == 2 and init.demo_mix().useful == 0.5 and dpo.seed == 7

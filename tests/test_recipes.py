@@ -1,0 +1,169 @@
+"""Every recipe parses and dry-runs; the accelerate configs are what the recipes and README say."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from selskill.train.run import count_steps, dry_run, launch, parse
+
+ROOT = Path(__file__).resolve().parents[1]
+RECIPES = sorted((ROOT / "recipes").glob("*.yaml"))
+ACCELERATE = sorted((ROOT / "recipes" / "accelerate").glob("*.yaml"))
+
+
+def test_the_recipes_are_there():
+    names = {p.name for p in RECIPES}
+    assert {"tiny.yaml", "dpo_8b.yaml"} <= names
+    assert {p.name for p in ACCELERATE} == {"ddp.yaml", "zero2.yaml", "zero3.yaml"}
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: p.name)
+def test_every_recipe_parses_and_dry_runs(recipe, tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)  # recipes name files relative to the repository root
+    run, policy, cfg = parse(["--config", str(recipe), "--runs_dir", str(tmp_path), "--dry_run"])
+    lines = []
+    info = dry_run(run, policy, cfg, out=lines.append)
+    text = "\n".join(lines)
+    assert (
+        info["effective_batch_size"]
+        == cfg.per_device_train_batch_size * cfg.gradient_accumulation_steps * info["world_size"]
+    )
+    assert f"effective batch size: {info['effective_batch_size']}" in text
+    assert "steps:" in text and "500 pairs -> " in text  # no shards yet: steps per pair count
+    assert not list(tmp_path.rglob("*"))  # a dry run writes nothing
+    if cfg.train_accelerate_config:
+        assert (ROOT / cfg.train_accelerate_config).is_file()
+
+
+def test_dpo_8b_is_the_paper_setting(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    run, policy, cfg = parse(["--config", "recipes/dpo_8b.yaml", "--dry_run"])
+    assert policy.model_name_or_path == "Qwen/Qwen3-8B" and run.use_alfworld_data
+    assert (cfg.beta, cfg.learning_rate, cfg.num_train_epochs, cfg.warmup_steps) == (0.1, 1e-6, 3, 0.1)
+    assert cfg.lr_scheduler_type.value == "cosine" and cfg.max_length == 4096 and cfg.window_turns == 3
+    assert cfg.kinds == ("episode", "local") and cfg.bf16 and cfg.gradient_checkpointing
+    info = dry_run(run, policy, cfg, out=lambda s: None)
+    assert info["world_size"] == 8 and info["effective_batch_size"] == 32
+    assert info["accelerate"]["zero_stage"] == 3 and info["accelerate"]["distributed_type"] == "DEEPSPEED"
+    assert "hub id" in info["policy"]
+
+
+def test_tiny_is_cpu_safe(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    text = (ROOT / "recipes" / "tiny.yaml").read_text()
+    assert "# --- train ---" in text
+    _, _, cfg = parse(["--config", "recipes/tiny.yaml"])
+    assert cfg.bf16 is False and cfg.gradient_checkpointing is False and not cfg.train_accelerate_config
+
+
+@pytest.mark.parametrize("path", ACCELERATE, ids=lambda p: p.name)
+def test_accelerate_configs_load(path):
+    from accelerate.commands.config.config_args import load_config_from_file
+
+    conf = load_config_from_file(str(path))
+    raw = yaml.safe_load(path.read_text())
+    expected = {
+        "ddp.yaml": ("MULTI_GPU", None),
+        "zero2.yaml": ("DEEPSPEED", 2),
+        "zero3.yaml": ("DEEPSPEED", 3),
+    }
+    dist, stage = expected[path.name]
+    assert conf.distributed_type.value == dist and conf.num_processes == 8
+    assert (raw.get("deepspeed_config") or {}).get("zero_stage") == stage
+    if stage == 3:
+        assert raw["deepspeed_config"]["zero3_save_16bit_model"] is True  # model/ gets the gathered weights
+
+
+def test_dry_run_counts_pairs_and_steps_like_the_trainer(tmp_path):
+    from train_helpers import fixture_rows, micro_model, micro_tokenizer
+
+    from selskill.data.shards import write_shard
+
+    tok = micro_tokenizer()
+    init = tmp_path / "t" / "round_0" / "train" / "model"
+    tok.save_pretrained(init)
+    micro_model(tok).save_pretrained(init)
+    write_shard(
+        fixture_rows(tok, 10), tmp_path / "t" / "round_1" / "label" / "shards" / "00000.parquet", "pair"
+    )
+    argv = [
+        "--config",
+        str(ROOT / "recipes" / "tiny.yaml"),
+        "--runs_dir",
+        str(tmp_path),
+        "--exp",
+        "t",
+        "--dry_run",
+    ]
+    run, policy, cfg = parse(argv)
+    info = dry_run(run, policy, cfg, out=lambda s: None)
+    # 10 pairs, 4 per batch -> 3 batches per epoch, 3 epochs
+    assert info["pairs"] == 10 and info["steps"] == 9 == count_steps(10, cfg, 1)
+    assert info["warmup_steps"] == 1 and "round 0 model" in info["policy"]
+    assert not (tmp_path / "t" / "round_1" / "train").exists()
+
+
+def test_unknown_recipe_key_fails_loudly(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("train_window: 3\n")
+    with pytest.raises(ValueError, match="train_window"):
+        parse(["--config", str(bad)])
+
+
+def test_selskill_train_relaunches_under_the_recipes_accelerate_config(monkeypatch):
+    import subprocess as sp
+
+    monkeypatch.chdir(ROOT)
+    calls = []
+    monkeypatch.setattr(sp, "call", lambda cmd: calls.append(cmd) or 0)
+    argv = [
+        "--config",
+        "recipes/tiny.yaml",
+        "--round",
+        "2",
+        "--train_accelerate_config",
+        "recipes/accelerate/zero3.yaml",
+    ]
+    assert launch(argv) == 0
+    (cmd,) = calls
+    assert cmd[1:] == [
+        "-m", "accelerate.commands.launch", "--config_file", "recipes/accelerate/zero3.yaml",
+        "-m", "selskill.train.run", *argv,
+    ]  # fmt: skip
+    with pytest.raises(FileNotFoundError, match="train_accelerate_config recipes/nope.yaml does not exist"):
+        launch(["--config", "recipes/tiny.yaml", "--train_accelerate_config", "recipes/nope.yaml"])
+
+
+def test_cli_train_dry_run(capsys, monkeypatch):
+    from selskill.cli import main
+
+    monkeypatch.chdir(ROOT)
+    assert main(["train", "--config", "recipes/dpo_8b.yaml", "--dry_run"]) == 0
+    out = capsys.readouterr().out
+    assert "effective batch size: 32 = 1 per device x 4 accumulation x 8 processes" in out
+
+
+def test_entry_point_dry_run_as_a_user_types_it():
+    out = subprocess.run(
+        [
+            sys.executable,
+            "pipelines/train_dpo.py",
+            "--config",
+            "recipes/dpo_8b.yaml",
+            "--round",
+            "1",
+            "--dry_run",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "effective batch size: 32" in out.stdout and "zero stage 3" in out.stdout
+    assert "bf16 True (not supported on this machine" in out.stdout or "bf16 True," in out.stdout
+    json.dumps(out.stdout)  # printable
