@@ -268,7 +268,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
         return args.func(args)
-    except (FileNotFoundError, ValueError) as exc:  # bad input: say what and how to fix it, no traceback
+    except (FileNotFoundError, FileExistsError, ValueError) as exc:  # bad input: say what and how to fix it, no traceback
         print(f"selskill {args.command}: error: {exc}", file=sys.stderr)
         return 2
 

@@ -228,7 +228,7 @@ class HFPolicy:
         generators = []
         for r in requests:
             for j in range(r.n):
-                g = torch.Generator(device="cpu")
+                g = torch.Generator(device=dev)
                 g.manual_seed((int(r.seed) * 1_000_003 + j) % (2**63 - 1))
                 generators.append(g)
 
@@ -241,14 +241,17 @@ class HFPolicy:
         reason = ["length"] * R
         for step in range(params.max_new_tokens):
             lp, ent = token_logprob_entropy(logits, self.entropy_chunk_rows, self.exact_entropy)
-            chosen = self._choose(logits, lp, params, generators)
+            chosen = self._choose(logits, params, generators)
+            # one device->host transfer per step (not one per row): matters on GPU
+            picked = torch.stack([chosen.float(), lp.gather(1, chosen.view(-1, 1)).flatten(), ent.float()]).cpu()
+            chosen_l, lp_l, ent_l = picked[0].long().tolist(), picked[1].tolist(), picked[2].tolist()
             for i in range(R):
                 if finished[i]:
                     continue
-                tok = int(chosen[i])
+                tok = chosen_l[i]
                 tokens[i].append(tok)
-                logps[i].append(float(lp[i, tok]))
-                ents[i].append(float(ent[i]))
+                logps[i].append(lp_l[i])
+                ents[i].append(ent_l[i])
                 if tok in stop:
                     finished[i] = True
                     reason[i] = "stop"
@@ -305,21 +308,21 @@ class HFPolicy:
         self._store(key, sequence[:fed], kv)
 
     @staticmethod
-    def _choose(logits: torch.Tensor, logp: torch.Tensor, params: SamplingParams, generators) -> list[int]:
+    def _choose(logits: torch.Tensor, params: SamplingParams, generators) -> torch.Tensor:
+        """Next token per row (on the logits' device): argmax, or a draw from that row's own generator."""
         if params.greedy:
-            return logits.argmax(-1).tolist()
+            return logits.argmax(-1)
         out = []
         for i, g in enumerate(generators):
-            scaled = torch.log_softmax(logits[i].float() / params.temperature, -1)
-            probs = scaled.exp()
+            probs = torch.softmax(logits[i].float() / params.temperature, -1)
             if params.top_p < 1.0:
                 sorted_p, idx = probs.sort(descending=True)
                 keep = sorted_p.cumsum(0) - sorted_p < params.top_p
                 filtered = torch.zeros_like(probs)
                 filtered[idx[keep]] = sorted_p[keep]
                 probs = filtered / filtered.sum()
-            out.append(int(torch.multinomial(probs.cpu(), 1, generator=g)))
-        return out
+            out.append(torch.multinomial(probs, 1, generator=g))
+        return torch.cat(out)
 
     # -- scoring -----------------------------------------------------------------------
 
