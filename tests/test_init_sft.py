@@ -122,7 +122,7 @@ def test_build_reload_and_reuse(tmp_path, monkeypatch):
 
     out = tmp_path / "runs" / "t" / "round_0" / "train" / "model"
     games_dir = tmp_path / "games"
-    kwargs = dict(games_dir=games_dir, n_train_games=1, seed=0, vocab_size=1024, arch=MICRO, epochs=1, lr=3e-3,
+    kwargs = dict(games_dir=games_dir, n_train_games=1, seed=0, vocab_size=1024, arch=MICRO, pretrain_epochs=1, epochs=1, lr=3e-3,
                   batch_size=3, max_length=4096, demo_mix=DemoMix(), progress=False)  # fmt: skip
     assert build_init_policy(out, **kwargs) == out
     stage = out.parent
@@ -130,7 +130,11 @@ def test_build_reload_and_reuse(tmp_path, monkeypatch):
     assert not (stage / "sft").exists()  # the trainer's scratch directory is removed
     manifest = json.loads((stage / MANIFEST).read_text())
     assert manifest["settings"]["n_train_games"] == 1 and manifest["demos"]["n_demos"] >= 5
-    assert manifest["train"]["steps"] == 2 and manifest["train"]["tokens_per_second"] > 0
+    train = manifest["train"]
+    assert train["pretrain"]["steps"] == 2 and train["sft"]["steps"] == 2 and train["tokens_per_second"] > 0
+    # the first phase trains every token, the second the assistant's only
+    assert train["pretrain"]["assistant_tokens_per_epoch"] == train["pretrain"]["tokens_per_epoch"]
+    assert 0 < train["sft"]["assistant_tokens_per_epoch"] < train["sft"]["tokens_per_epoch"]
     assert 0 < manifest["demo_tokens"]["mean"] <= manifest["demo_tokens"]["max"] <= 4096
     assert len(find_games(games_dir, "train").games) == 6  # generated because missing
 

@@ -384,7 +384,7 @@ def test_errors_name_the_missing_input_and_the_fix(tok, tmp_path):
         fixture_rows(tok, 2), tmp_path / "t" / "round_1" / "label" / "shards" / "00000.parquet", "pair"
     )
     with pytest.raises(
-        FileNotFoundError, match=r"no policy at .*round_0/train/model .*train the init policy"
+        FileNotFoundError, match=r"no policy at .*round_0/train/model .*build the init policy"
     ):
         run_train(run, policy, cfg)
     run, policy, cfg = parse(_argv(tmp_path, "--round", "3"))

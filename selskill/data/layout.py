@@ -7,6 +7,7 @@ with a marker is skipped on rerun and a crash never leaves a half-written shard 
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -65,3 +66,27 @@ def round_dir(runs_dir: str | Path, exp: str, round_: int) -> Path:
 def policy_dir(runs_dir: str | Path, exp: str, round_: int) -> Path:
     """The policy round r samples with: round r-1's trained model (round_0 = the init policy)."""
     return round_dir(runs_dir, exp, round_ - 1) / "train" / "model"
+
+
+def resolve_round_policy(run, policy) -> tuple[str, str]:
+    """The policy round `run.round` starts from: (model path or hub id, how it was chosen).
+
+    Round r starts from round r-1's trained model; round 1 from `model_name_or_path` when set,
+    else the run's init policy. Sampling, branching, forking and training all use this.
+    """
+    if run.round <= 1 and policy.model_name_or_path:
+        source = policy.model_name_or_path
+        if Path(source).exists() or os.path.isabs(source) or source.startswith(".") or source.count("/") > 1:
+            if not Path(source).is_dir():
+                raise FileNotFoundError(f"model_name_or_path {source} is not a model directory")
+            return source, "model_name_or_path (local)"
+        return source, "model_name_or_path (hub id)"
+    path = policy_dir(run.runs_dir, run.exp, run.round)
+    if not path.is_dir():
+        hint = (
+            "build the init policy first (`make init`) or set model_name_or_path"
+            if run.round <= 1
+            else f"finish round {run.round - 1} first (its train stage writes that directory)"
+        )
+        raise FileNotFoundError(f"no policy at {path} for round {run.round}: {hint}")
+    return str(path), f"round {run.round - 1} model"

@@ -58,7 +58,12 @@ class InitConfig:
     init_heads: int = field(default=4, metadata={"help": "attention heads"})
     init_kv_heads: int = field(default=2, metadata={"help": "key/value heads"})
     init_head_dim: int = field(default=64, metadata={"help": "attention head size"})
-    init_epochs: float = field(default=6.0, metadata={"help": "SFT epochs over the demonstrations"})
+    init_pretrain_epochs: float = field(
+        default=3.0, metadata={"help": "first phase: epochs with every token in the loss (0 = skip)"}
+    )
+    init_epochs: float = field(
+        default=3.0, metadata={"help": "second phase: epochs on assistant tokens only"}
+    )
     init_lr: float = field(default=2e-3, metadata={"help": "peak learning rate (AdamW, cosine, warmup)"})
     init_warmup_ratio: float = field(default=0.05, metadata={"help": "warmup share of the SFT steps"})
     init_batch_size: int = field(default=4, metadata={"help": "demonstrations per optimizer step"})
@@ -105,6 +110,7 @@ class InitConfig:
             "demo_mix": self.demo_mix(),
             "vocab_size": self.init_vocab_size,
             "arch": self.arch(),
+            "pretrain_epochs": self.init_pretrain_epochs,
             "epochs": self.init_epochs,
             "lr": self.init_lr,
             "warmup_ratio": self.init_warmup_ratio,
@@ -170,7 +176,9 @@ def sft_config(
     report_to: str | list[str] = "none",
     progress: bool = True,
     use_cpu: bool | None = None,
+    assistant_only: bool = True,
 ):
+    """TRL SFT arguments for the CPU-friendly init training (`assistant_only=False`: every token)."""
     from trl import SFTConfig
 
     if use_cpu is None:
@@ -187,7 +195,7 @@ def sft_config(
         per_device_train_batch_size=batch_size,
         gradient_accumulation_steps=1,
         max_length=max_length,
-        assistant_only_loss=True,
+        assistant_only_loss=assistant_only,
         packing=False,
         # similar lengths in one batch: less padding, which is pure waste on a CPU
         train_sampling_strategy="group_by_length",
@@ -223,6 +231,7 @@ def sft_train(model, tokenizer, demos: list[Demo], args) -> tuple[object, dict]:
         if "loss" in e
     ]
     stats = {
+        "epochs": epochs,
         "train_seconds": round(seconds, 1),
         "steps": trainer.state.global_step,
         "final_train_loss": output.training_loss,
@@ -269,7 +278,8 @@ def build_init_policy(
     demo_mix: DemoMix | None = None,
     vocab_size: int = 2048,
     arch: TinyArch | None = None,
-    epochs: float = 6.0,
+    pretrain_epochs: float = 3.0,
+    epochs: float = 3.0,
     lr: float = 2e-3,
     batch_size: int = 4,
     max_length: int = 4096,
@@ -285,7 +295,11 @@ def build_init_policy(
     """Build (or reuse) the offline init policy at `out_dir`; returns `out_dir`.
 
     `n_train_games` is per task type; `games_seed` (default `seed`) seeds the game
-    generator, `seed` the demo mix, the model init and SFT.
+    generator, `seed` the demo mix, the model init and SFT. Training runs in two phases
+    over the same demonstrations: `pretrain_epochs` with every token in the loss (the
+    model learns the environment's language and to copy names from its context, which a
+    from-scratch model does not learn from the few assistant tokens alone), then
+    `epochs` with the assistant tokens only (the policy).
     """
     out_dir = Path(out_dir)
     stage_dir = out_dir.parent
@@ -303,6 +317,7 @@ def build_init_policy(
         demo_mix=demo_mix,
         vocab_size=vocab_size,
         arch=arch,
+        pretrain_epochs=pretrain_epochs,
         epochs=epochs,
         lr=lr,
         warmup_ratio=warmup_ratio,
@@ -343,19 +358,24 @@ def build_init_policy(
 
     model = build_model(tokenizer, arch, seed=seed)
     work = stage_dir / "sft"
-    args = sft_config(
-        work,
-        seed=seed,
-        epochs=epochs,
-        lr=lr,
-        batch_size=batch_size,
-        max_length=max_length,
-        warmup_ratio=warmup_ratio,
-        logging_steps=logging_steps,
-        report_to=report_to,
-        progress=progress,
+    common = dict(seed=seed, lr=lr, batch_size=batch_size, max_length=max_length, warmup_ratio=warmup_ratio,
+                  logging_steps=logging_steps, report_to=report_to, progress=progress)  # fmt: skip
+    train_stats: dict = {"pretrain": None}
+    t = time.perf_counter()
+    if pretrain_epochs > 0:
+        args = sft_config(work / "pretrain", epochs=pretrain_epochs, assistant_only=False, **common)
+        trainer, train_stats["pretrain"] = sft_train(model, tokenizer, kept, args)
+        model = trainer.model
+    args = sft_config(work / "sft", epochs=epochs, assistant_only=True, **common)
+    trainer, train_stats["sft"] = sft_train(model, tokenizer, kept, args)
+    timings["train_seconds"] = round(time.perf_counter() - t, 1)
+    phases = [p for p in (train_stats["pretrain"], train_stats["sft"]) if p]
+    train_seconds = sum(p["train_seconds"] for p in phases)
+    train_stats["tokens_per_second"] = (
+        round(sum(p["tokens_per_epoch"] * p["epochs"] for p in phases) / train_seconds, 1)
+        if train_seconds
+        else None
     )
-    trainer, train_stats = sft_train(model, tokenizer, kept, args)
 
     tmp = out_dir.with_name(out_dir.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from selskill.agent.runner import EpisodeRunner, RunnerConfig
 from selskill.agent.turn_format import TurnFormat
 from selskill.config import PolicyConfig, RunConfig
-from selskill.data.layout import policy_dir
+from selskill.data.layout import resolve_round_policy
 from selskill.envs.alfworld import AlfworldEnv, GameIndex, find_games
 from selskill.skills import load_alfworld_skills
 
@@ -78,18 +78,8 @@ class RolloutConfig:
 
 
 def sampling_policy_path(run: RunConfig, pol: PolicyConfig) -> str:
-    """Round r samples with round r-1's model; round 1 with `model_name_or_path` or the init policy."""
-    if run.round <= 1 and pol.model_name_or_path:
-        return pol.model_name_or_path
-    path = policy_dir(run.runs_dir, run.exp, run.round)
-    if not path.is_dir():
-        hint = (
-            "run `make init` (or set model_name_or_path)"
-            if run.round <= 1
-            else f"train round {run.round - 1} first"
-        )
-        raise FileNotFoundError(f"no policy at {path}: {hint}")
-    return str(path)
+    """Round r samples with the policy it starts from (see `resolve_round_policy`)."""
+    return resolve_round_policy(run, pol)[0]
 
 
 def load_policy(pol: PolicyConfig, path: str, rollout: RolloutConfig, seed: int = 0):

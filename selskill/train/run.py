@@ -26,7 +26,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from selskill.data.layout import StageDir, policy_dir
+from selskill.data.layout import StageDir, resolve_round_policy
 from selskill.data.shards import read_shards, write_json_atomic
 
 COMPLETED = "COMPLETED"
@@ -46,26 +46,6 @@ def pair_shards(run) -> list[Path]:
             f"(round {run.round} of experiment {run.exp!r} under {run.runs_dir})"
         )
     return shards
-
-
-def resolve_policy(run, policy) -> tuple[str, str]:
-    """(model path or hub id, how it was chosen). Raises when a local policy is missing."""
-    if run.round <= 1 and policy.model_name_or_path:
-        source = policy.model_name_or_path
-        if Path(source).exists() or os.path.isabs(source) or source.startswith(".") or source.count("/") > 1:
-            if not Path(source).is_dir():
-                raise FileNotFoundError(f"model_name_or_path {source} is not a model directory")
-            return source, "model_name_or_path (local)"
-        return source, "model_name_or_path (hub id)"
-    path = policy_dir(run.runs_dir, run.exp, run.round)
-    if not path.is_dir():
-        hint = (
-            "train the init policy first (round 0) or set model_name_or_path"
-            if run.round <= 1
-            else f"finish round {run.round - 1} first (its train stage writes that directory)"
-        )
-        raise FileNotFoundError(f"no policy at {path} to train round {run.round} from: {hint}")
-    return str(path), f"round {run.round - 1} model"
 
 
 def _under_launcher() -> bool:
@@ -241,7 +221,7 @@ def run_train(run, policy, cfg) -> Path:
             print(f"train: {stage.path} is complete ({COMPLETED} exists); rerun with --redo to train again")
         return stage.path
     shards = pair_shards(run)
-    model_path, source = resolve_policy(run, policy)
+    model_path, source = resolve_round_policy(run, policy)
     if state.is_main_process:
         if run.redo:
             old = [
@@ -345,7 +325,7 @@ def dry_run(run, policy, cfg, out=print) -> dict:
     eff = cfg.per_device_train_batch_size * cfg.gradient_accumulation_steps * world
     info.update(world_size=world, effective_batch_size=eff)
     try:
-        model_path, source = resolve_policy(run, policy)
+        model_path, source = resolve_round_policy(run, policy)
         info["policy"] = f"{model_path} ({source})"
     except FileNotFoundError as exc:
         model_path, info["policy"] = None, f"not available yet: {exc}"
