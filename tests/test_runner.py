@@ -190,3 +190,22 @@ def test_forced_fork_reproduces_the_prefix_exactly(policy, index):
     s, e = offset + len(forced_ids), row["turns"][branch]["end"] - 1
     lp, _ = policy.score(row["token_ids"][:s], row["token_ids"][s:e])
     assert max(abs(a - b) for a, b in zip(lp, row["logprob"][s:e], strict=True)) < 1e-4
+
+
+def test_cpu_grouped_query_attention_matches_stock_sdpa(tiny_model_dir):
+    """The CPU attention that keeps K/V grouped under a mask gives the stock model's numbers."""
+    from transformers import AutoModelForCausalLM
+
+    from selskill.policy.base import GenerationRequest, SamplingParams
+
+    fast = HFPolicy(str(tiny_model_dir))
+    assert fast.model.config._attn_implementation == "selskill_cpu_gqa_sdpa"
+    stock = HFPolicy(str(tiny_model_dir), model=AutoModelForCausalLM.from_pretrained(tiny_model_dir))
+    assert stock.model.config._attn_implementation != "selskill_cpu_gqa_sdpa"
+    prompts = [[5 + (i * 7 + j) % 300 for i in range(40 + 9 * j)] for j in range(3)]
+    params = SamplingParams(temperature=1.0, max_new_tokens=12, stop_token_ids=())
+    a = fast.generate([GenerationRequest(p, seed=j) for j, p in enumerate(prompts)], params)
+    b = stock.generate([GenerationRequest(p, seed=j) for j, p in enumerate(prompts)], params)
+    for x, y in zip(a, b, strict=True):
+        assert x[0].token_ids == y[0].token_ids
+        assert max(abs(u - v) for u, v in zip(x[0].logprobs, y[0].logprobs, strict=True)) < 1e-5

@@ -34,6 +34,53 @@ class _Stored:
     kv: list[tuple[torch.Tensor, torch.Tensor]]  # per layer [heads, len, head_dim]
 
 
+def _cpu_gqa_sdpa(
+    module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kwargs
+):
+    """transformers' sdpa attention, but grouped-query attention stays grouped on CPU under a mask.
+
+    With an attention mask (every batched call here has one), transformers copies K/V to all
+    query heads (`repeat_kv`) before calling torch's SDPA: a full copy of every row's KV cache
+    per layer per decode step. torch's `enable_gqa` gives the same result without the copy
+    (12x faster attention at 30 rows x 1600 tokens on the CPU; identical outputs).
+    """
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    if (
+        query.device.type == "cpu"
+        and attention_mask is not None
+        and getattr(module, "num_key_value_groups", 1) > 1
+        and kwargs.get("position_bias") is None
+        and not kwargs.get("output_attentions", False)
+    ):
+        out = torch.nn.functional.scaled_dot_product_attention(
+            query, key, value, attn_mask=attention_mask, dropout_p=dropout, scale=scaling, enable_gqa=True
+        )
+        return out.transpose(1, 2).contiguous(), None
+    return sdpa_attention_forward(
+        module,
+        query,
+        key,
+        value,
+        attention_mask,
+        dropout=dropout,
+        scaling=scaling,
+        is_causal=is_causal,
+        **kwargs,
+    )
+
+
+CPU_GQA_SDPA = "selskill_cpu_gqa_sdpa"
+
+
+def _register_attention() -> None:
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    AttentionInterface.register(CPU_GQA_SDPA, _cpu_gqa_sdpa)
+    AttentionMaskInterface.register(CPU_GQA_SDPA, sdpa_mask)  # the same masks sdpa gets (else: none at all)
+
+
 def token_logprob_entropy(logits: torch.Tensor, chunk_rows: int = 8, entropy: bool = True):
     """log-softmax and entropy of the T=1 distribution, row-chunked to bound memory."""
     logps, ents = [], []
@@ -72,9 +119,18 @@ class HFPolicy:
             model_name_or_path, trust_remote_code=trust_remote_code
         )
         if model is None:
-            model = AutoModelForCausalLM.from_pretrained(
-                model_name_or_path, dtype=_DTYPES[dtype], trust_remote_code=trust_remote_code
-            )
+            kwargs = {}
+            if self.device.type == "cpu" and not trust_remote_code:
+                _register_attention()
+                kwargs["attn_implementation"] = CPU_GQA_SDPA
+            try:
+                model = AutoModelForCausalLM.from_pretrained(
+                    model_name_or_path, dtype=_DTYPES[dtype], trust_remote_code=trust_remote_code, **kwargs
+                )
+            except ValueError:  # an architecture that refuses custom attention functions
+                model = AutoModelForCausalLM.from_pretrained(
+                    model_name_or_path, dtype=_DTYPES[dtype], trust_remote_code=trust_remote_code
+                )
         self.model = model.to(self.device).eval()
         self.batch_size = batch_size
         self.entropy_chunk_rows = entropy_chunk_rows
@@ -131,6 +187,7 @@ class HFPolicy:
         t0 = time.perf_counter()
         self.model(
             input_ids=torch.tensor([ids], device=self.device),
+            attention_mask=torch.ones(1, len(ids), dtype=torch.long, device=self.device),
             past_key_values=cache,
             use_cache=True,
             logits_to_keep=1,
@@ -243,7 +300,9 @@ class HFPolicy:
             lp, ent = token_logprob_entropy(logits, self.entropy_chunk_rows, self.exact_entropy)
             chosen = self._choose(logits, params, generators)
             # one device->host transfer per step (not one per row): matters on GPU
-            picked = torch.stack([chosen.float(), lp.gather(1, chosen.view(-1, 1)).flatten(), ent.float()]).cpu()
+            picked = torch.stack(
+                [chosen.float(), lp.gather(1, chosen.view(-1, 1)).flatten(), ent.float()]
+            ).cpu()
             chosen_l, lp_l, ent_l = picked[0].long().tolist(), picked[1].tolist(), picked[2].tolist()
             for i in range(R):
                 if finished[i]:
@@ -340,6 +399,7 @@ class HFPolicy:
         cache = DynamicCache()
         out = self.model(
             input_ids=torch.tensor([prefix], device=self.device),
+            attention_mask=torch.ones(1, len(prefix), dtype=torch.long, device=self.device),
             past_key_values=cache,
             use_cache=True,
             logits_to_keep=1,
@@ -379,7 +439,9 @@ class HFPolicy:
         n = len(continuation_ids)
         if n == 0:
             return [], []
-        logits = self.model(input_ids=ids, logits_to_keep=n + 1).logits[0, :-1]
+        # an explicit mask puts teacher forcing through the same attention kernel as generation
+        mask = torch.ones_like(ids)
+        logits = self.model(input_ids=ids, attention_mask=mask, logits_to_keep=n + 1).logits[0, :-1]
         lp, ent = token_logprob_entropy(logits, self.entropy_chunk_rows)
         target = torch.tensor(list(continuation_ids), device=lp.device)
         return lp.gather(1, target.view(-1, 1)).flatten().tolist(), ent.tolist()
