@@ -16,6 +16,7 @@ it ran alone (up to floating-point reduction order).
 
 from __future__ import annotations
 
+import functools
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -32,6 +33,58 @@ _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torc
 class _Stored:
     tokens: list[int]  # the tokens whose KV is stored (always one fewer than the sequence fed so far)
     kv: list[tuple[torch.Tensor, torch.Tensor]]  # per layer [heads, len, head_dim]
+
+
+@functools.lru_cache(maxsize=1)
+def _prealloc_layer_class():
+    from transformers.cache_utils import DynamicLayer
+
+    class PreallocLayer(DynamicLayer):
+        """A DynamicLayer whose keys/values live in a buffer with room to grow.
+
+        The stock layer concatenates its whole cache at every decode step (a full copy per
+        layer per token); here new states are written in place and `keys`/`values` are views.
+        """
+
+        def __init__(self, keys: torch.Tensor, values: torch.Tensor, extra: int):
+            super().__init__()
+            b, h, n, d = keys.shape
+            self._k = keys.new_empty(b, h, n + extra, d)
+            self._v = values.new_empty(b, h, n + extra, d)
+            self._k[:, :, :n] = keys
+            self._v[:, :, :n] = values
+            self._n = n
+            self.dtype, self.device, self.is_initialized = keys.dtype, keys.device, True
+            self._views()
+
+        def _views(self) -> None:
+            self.keys, self.values = self._k[:, :, : self._n], self._v[:, :, : self._n]
+
+        def update(self, key_states, value_states, *args, **kwargs):
+            n2 = self._n + key_states.shape[-2]
+            if n2 > self._k.shape[2]:  # grow geometrically
+                grow = max(n2, 2 * self._k.shape[2]) - self._k.shape[2]
+                pad = self._k.new_empty(*self._k.shape[:2], grow, self._k.shape[3])
+                self._k, self._v = torch.cat([self._k, pad], 2), torch.cat([self._v, pad.clone()], 2)
+            self._k[:, :, self._n : n2] = key_states
+            self._v[:, :, self._n : n2] = value_states
+            self._n = n2
+            self._views()
+            return self.keys, self.values
+
+        def get_seq_length(self) -> int:
+            return self._n
+
+        def batch_select_indices(self, indices: torch.Tensor) -> None:
+            self._k, self._v = self._k[indices], self._v[indices]
+            self._views()
+
+        def batch_repeat_interleave(self, repeats: int) -> None:
+            self._k = self._k.repeat_interleave(repeats, dim=0)
+            self._v = self._v.repeat_interleave(repeats, dim=0)
+            self._views()
+
+    return PreallocLayer
 
 
 def _cpu_gqa_sdpa(
@@ -240,28 +293,23 @@ class HFPolicy:
             mask[i, P + N - len(chunk) :] = 1
             input_ids[i, N - len(chunk) :] = torch.tensor(chunk, dtype=torch.long)
             positions[i, N - len(chunk) :] = torch.arange(L, L + len(chunk))
-        cache = None
+        # one preallocated buffer per layer: [left pad | reused KV] now, the new chunk and every
+        # generated token written in place later (no per-step concatenation of the whole cache)
+        cache = DynamicCache()
         if P > 0:
+            ref = next(st for _, st in reuse if st is not None)
+            layer_cls = _prealloc_layer_class()
             layers = []
             for layer in range(n_layers):
-                ks, vs = [], []
-                for L, stored in reuse:
-                    if stored is None:
-                        ref = next(s for _, s in reuse if s is not None).kv[layer][0]
-                        k = ref.new_zeros(ref.shape[0], P, ref.shape[2])
-                        v = k.clone()
-                    else:
-                        k, v = stored.kv[layer][0][:, :L], stored.kv[layer][1][:, :L]
-                        if L < P:
-                            pad = k.new_zeros(k.shape[0], P - L, k.shape[2])
-                            k, v = torch.cat([pad, k], 1), torch.cat([pad, v], 1)
-                    ks.append(k)
-                    vs.append(v)
-                layers.append((torch.stack(ks).to(dev), torch.stack(vs).to(dev)))
-            cache = DynamicCache(ddp_cache_data=layers)
-        else:
-            cache = DynamicCache()
-
+                h, d = ref.kv[layer][0].shape[0], ref.kv[layer][0].shape[2]
+                k = torch.zeros(B, h, P, d, dtype=ref.kv[layer][0].dtype, device=dev)
+                v = torch.zeros_like(k)
+                for i, (L, stored) in enumerate(reuse):
+                    if stored is not None and L > 0:
+                        k[i, :, P - L :] = stored.kv[layer][0][:, :L]
+                        v[i, :, P - L :] = stored.kv[layer][1][:, :L]
+                layers.append(layer_cls(k, v, N + params.max_new_tokens))
+            cache.layers = layers
         out = self.model(
             input_ids=input_ids.to(dev),
             attention_mask=mask.to(dev),
@@ -272,6 +320,9 @@ class HFPolicy:
         )
         logits = out.logits[:, -1, :]
         cache = out.past_key_values
+        layer_cls = _prealloc_layer_class()
+        if not all(isinstance(layer, layer_cls) for layer in cache.layers):  # fresh prompts: switch once, here
+            cache.layers = [layer_cls(lay.keys, lay.values, params.max_new_tokens) for lay in cache.layers]
 
         # expand to one row per sample
         ns = [r.n for r in requests]
