@@ -411,7 +411,7 @@ class HFPolicy:
         width = cache.layers[0].keys.shape[-2]
         valid = mask[row, :width].nonzero().flatten().to(self.device)
         kv = [
-            (layer.keys[row].index_select(1, valid).clone(), layer.values[row].index_select(1, valid).clone())
+            (layer.keys[row].index_select(1, valid), layer.values[row].index_select(1, valid))
             for layer in cache.layers
         ]
         fed = len(valid)
