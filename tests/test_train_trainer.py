@@ -394,3 +394,27 @@ def test_errors_name_the_missing_input_and_the_fix(tok, tmp_path):
         ValueError, match="train_window_n must be a positive number of assistant turns or 'all'"
     ):
         parse(_argv(tmp_path, "--train_window_n", "0"))
+
+
+def test_a_round_without_pairs_fails_naming_the_cause(tok, tmp_path):
+    """Zero pairs is a round that cannot train: say so and what to change, never train on nothing."""
+    import pyarrow as pa
+
+    from selskill.config import PolicyConfig, RunConfig
+    from selskill.data.layout import StageDir
+    from selskill.data.schema import PAIR_SCHEMA
+    from selskill.data.shards import write_shard
+    from selskill.train.config import TrainConfig
+    from selskill.train.run import run_train
+
+    run = RunConfig(exp="t", runs_dir=str(tmp_path), round=1)
+    model_dir = tmp_path / "t" / "round_0" / "train" / "model"
+    model_dir.mkdir(parents=True)
+    tok.save_pretrained(model_dir)
+    stage = StageDir.of(tmp_path, "t", 1, "label")
+    write_shard(pa.Table.from_pylist([], schema=PAIR_SCHEMA), stage.shard(0), "pair")
+    stage.marker(0).parent.mkdir(parents=True, exist_ok=True)
+    stage.marker(0).write_text("{}")
+    cfg = TrainConfig(output_dir=str(tmp_path / "o"), bf16=False, report_to="none")
+    with pytest.raises(ValueError, match="no trainable pairs"):
+        run_train(run, PolicyConfig(), cfg)

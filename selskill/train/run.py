@@ -248,6 +248,14 @@ def run_train(run, policy, cfg) -> Path:
     tokenizer = AutoTokenizer.from_pretrained(model_path, trust_remote_code=policy.trust_remote_code)
     with state.main_process_first():
         dataset = build_train_dataset(shards, cfg, tokenizer, stage.path / DATASET_DIR, state.is_main_process)
+    if len(dataset) == 0:
+        label_stats = StageDir.of(run.runs_dir, run.exp, run.round, "label").stats
+        raise ValueError(
+            f"round {run.round} has no trainable pairs (see the discard reasons in {label_stats}): local pairs need "
+            "a successful continuation at a branch point and episode pairs a success among a task's samples. Sample "
+            "more (sample_k, sample_max_tasks, fork_k_*), give episodes more steps (max_env_steps), or start from a "
+            "stronger policy"
+        )
     setup_wandb(run, cfg, stage.path, state.is_main_process)
 
     start = time.time()
