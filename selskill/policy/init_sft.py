@@ -6,10 +6,17 @@ directory's parent, `init_manifest.json` (settings, demo statistics, loss curve,
 and finally `COMPLETED`. A second call with the same settings finds both and returns at
 once; a call with different settings refuses to overwrite unless `redo=True`.
 
-Training is TRL's `SFTTrainer` on conversational rows (`{"messages": [...]}`) with
-`assistant_only_loss=True`: the ChatML template's `{% generation %}` markers put only the
-assistant turns (decision + `<|im_end|>`) in the loss; system prompt, observations and
-skill returns are context only. bf16/fp16 and gradient checkpointing are off (CPU).
+Training is TRL's `SFTTrainer` on conversational rows (`{"messages": [...]}`) in two
+phases over the same demonstrations. Phase 1 (`pretrain_epochs`) puts every token in the
+loss: a model trained from scratch sees only ~6% of the tokens as assistant tokens, too
+little signal to learn to read its context (copy "alarmclock 1" from "On the desk 1, you
+see a alarmclock 1"), and the observations are full of exactly that structure. Phase 2
+(`epochs`) is the policy SFT proper with `assistant_only_loss=True`: the ChatML template's
+`{% generation %}` markers put only the assistant turns (decision + `<|im_end|>`) in the
+loss; system prompt, observations and skill returns are context only. At equal compute
+the two-phase recipe reached a held-out teacher-forced turn accuracy of 37% against 21%
+for assistant-only training (40 games per type, 6 epochs in all). bf16/fp16 and gradient
+checkpointing are off (CPU).
 Demonstrations longer than `max_length` tokens are dropped rather than truncated (a
 truncated demo would teach an unfinished episode).
 """
@@ -59,14 +66,15 @@ class InitConfig:
     init_kv_heads: int = field(default=2, metadata={"help": "key/value heads"})
     init_head_dim: int = field(default=64, metadata={"help": "attention head size"})
     init_pretrain_epochs: float = field(
-        default=3.0, metadata={"help": "first phase: epochs with every token in the loss (0 = skip)"}
+        default=4.0,
+        metadata={"help": "first phase: epochs with every token in the loss, no system prompt (0 = skip)"},
     )
     init_epochs: float = field(
         default=3.0, metadata={"help": "second phase: epochs on assistant tokens only"}
     )
-    init_lr: float = field(default=2e-3, metadata={"help": "peak learning rate (AdamW, cosine, warmup)"})
+    init_lr: float = field(default=4e-3, metadata={"help": "peak learning rate (AdamW, cosine, warmup)"})
     init_warmup_ratio: float = field(default=0.05, metadata={"help": "warmup share of the SFT steps"})
-    init_batch_size: int = field(default=4, metadata={"help": "demonstrations per optimizer step"})
+    init_batch_size: int = field(default=2, metadata={"help": "demonstrations per optimizer step"})
     init_max_length: int = field(default=4096, metadata={"help": "longer demonstrations are dropped"})
     init_logging_steps: int = field(default=10, metadata={"help": "loss is logged every this many steps"})
     init_demo_opening_memory: float = field(default=DemoMix.opening_memory, metadata={"help": "see DemoMix"})
@@ -157,10 +165,14 @@ def demo_token_lengths(tokenizer, demos: list[Demo]) -> list[int]:
             for d in demos]  # fmt: skip
 
 
-def sft_dataset(demos: list[Demo]):
+def sft_dataset(demos: list[Demo], drop_system: bool = False):
+    """Conversational rows; `drop_system` leaves out the system prompt (phase 1: it is the
+    same in every demonstration, ~35% of the tokens, and teaches nothing about the game)."""
     from datasets import Dataset
 
-    return Dataset.from_list([{"messages": d.messages} for d in demos])
+    return Dataset.from_list(
+        [{"messages": [m for m in d.messages if not (drop_system and m["role"] == "system")]} for d in demos]
+    )
 
 
 def sft_config(
@@ -213,11 +225,12 @@ def sft_config(
     )
 
 
-def sft_train(model, tokenizer, demos: list[Demo], args) -> tuple[object, dict]:
+def sft_train(model, tokenizer, demos: list[Demo], args, drop_system: bool = False) -> tuple[object, dict]:
     """SFT `model` on `demos`; returns the trainer and training stats (loss curve, tokens/s)."""
     from trl import SFTTrainer
 
-    trainer = SFTTrainer(model=model, args=args, train_dataset=sft_dataset(demos), processing_class=tokenizer)
+    dataset = sft_dataset(demos, drop_system=drop_system)
+    trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer)
     n_tokens = sum(len(ids) for ids in trainer.train_dataset["input_ids"])
     n_trained = sum(sum(1 for x in labels if x != -100) for labels in trainer.train_dataset["labels"]) \
         if "labels" in trainer.train_dataset.column_names else None  # fmt: skip
@@ -278,10 +291,10 @@ def build_init_policy(
     demo_mix: DemoMix | None = None,
     vocab_size: int = 2048,
     arch: TinyArch | None = None,
-    pretrain_epochs: float = 3.0,
+    pretrain_epochs: float = 4.0,
     epochs: float = 3.0,
-    lr: float = 2e-3,
-    batch_size: int = 4,
+    lr: float = 4e-3,
+    batch_size: int = 2,
     max_length: int = 4096,
     warmup_ratio: float = 0.05,
     logging_steps: int = 10,
@@ -364,7 +377,7 @@ def build_init_policy(
     t = time.perf_counter()
     if pretrain_epochs > 0:
         args = sft_config(work / "pretrain", epochs=pretrain_epochs, assistant_only=False, **common)
-        trainer, train_stats["pretrain"] = sft_train(model, tokenizer, kept, args)
+        trainer, train_stats["pretrain"] = sft_train(model, tokenizer, kept, args, drop_system=True)
         model = trainer.model
     args = sft_config(work / "sft", epochs=epochs, assistant_only=True, **common)
     trainer, train_stats["sft"] = sft_train(model, tokenizer, kept, args)
