@@ -25,8 +25,10 @@ def tiny_model_dir(tmp_path_factory, small_games):
     """A randomly initialised tiny Qwen3 policy + its tokenizer (trained on game and format text)."""
     import json
 
+    from train_helpers import MICRO_ARCH
+
     from selskill.agent.turn_format import TurnFormat, render_action, render_skill_call
-    from selskill.policy.bootstrap import TinyArch, build_model, train_tokenizer
+    from selskill.policy.bootstrap import build_model, train_tokenizer
     from selskill.skills import load_alfworld_skills, render_listing
 
     lib = load_alfworld_skills()
@@ -34,18 +36,7 @@ def tiny_model_dir(tmp_path_factory, small_games):
     texts += [render_action("go to desk 1"), render_skill_call("heat_object", {"object": "mug 1"})]
     texts += [json.loads(p.read_text())["pddl_problem"] for p in small_games.rglob("game.tw-pddl")]
     tok = train_tokenizer(texts, vocab_size=600)
-    model = build_model(
-        tok,
-        TinyArch(
-            hidden_size=64,
-            intermediate_size=128,
-            num_hidden_layers=2,
-            num_attention_heads=2,
-            num_key_value_heads=1,
-            head_dim=32,
-        ),
-        seed=0,
-    )
+    model = build_model(tok, MICRO_ARCH, seed=0)
     out = tmp_path_factory.mktemp("tiny_model")
     tok.save_pretrained(out)
     model.save_pretrained(out)
