@@ -22,7 +22,9 @@ from selskill.policy.demos import (
 from selskill.skills import SkillExecutor, load_alfworld_skills, render_listing
 
 # every decision point fires (a random memory call on every turn would never end: off)
-ALL_ON = dataclasses.replace(DemoMix(**{f.name: 1.0 for f in dataclasses.fields(DemoMix)}), random_memory=0.0)
+ALL_ON = dataclasses.replace(
+    DemoMix(**{f.name: 1.0 for f in dataclasses.fields(DemoMix)}), random_memory=0.0, mistake=0.0
+)
 
 
 @pytest.fixture(scope="module")
@@ -136,6 +138,16 @@ def test_bare_expert_calls_no_skill_and_still_wins(small_games):
         for m in d.messages
         if m["role"] == "assistant"
     )
+
+
+def test_injected_mistakes_are_recovered_from(small_games):
+    report = build_demos(small_games, seed=2, mix=dataclasses.replace(DemoMix.none(), mistake=0.4))
+    assert len(report.demos) == 6, report.dropped
+    mistakes = [m for d in report.demos for m in d.mistakes]
+    assert len(mistakes) >= 4 and all(m.startswith("go to ") for m in mistakes)
+    texts = [m["content"] for d in report.demos for m in d.messages]
+    assert any(t.startswith("Nothing happens.") for t in texts)  # some led nowhere...
+    assert all(d.n_skill_calls == 0 for d in report.demos)  # ...and the expert carried on to the win
 
 
 def test_default_mix_is_wasteful_like_rl_init(report):

@@ -36,6 +36,13 @@ and the expert continues from wherever the call left it. Rates (`DemoMix` defaul
 | wrong executable skill (heat/cool/clean in a placement-only task; the paper's Table 8) | holding the target, before placing it | 0.15 |
 | `find_second_object` | pick_two, after the first object is placed | 0.6 |
 | random memory skill (`systematic_search`, `common_mistakes`, `recovery_strategy`, `pick_and_place`) | any other turn, per turn | 0.03 |
+| (no skill) a wrong move: `go to` a receptacle that does not exist, one already searched, or the one the agent is at | any other turn, per turn | 0.1 |
+
+The wrong moves are there so that the policy sees what follows a mistake: a small policy
+trained only on flawless play meets "Nothing happens." for the first time at sampling time
+and loops (measured: it hallucinates "drawer 2" in a room with one drawer, then repeats
+it); after an injected mistake the demonstration simply carries on with the expert's next
+move (the noise-injection idea of DART).
 
 With these rates a sampled demonstration averages about 2.5 skill calls with roughly 70%
 executed precisely (the paper's RL-Init: 2.55 calls/episode, 70.9% Exec. Prec.). Rates
@@ -111,6 +118,7 @@ class DemoMix:
     wrong_executable: float = 0.15
     second_memory: float = 0.6
     random_memory: float = 0.03
+    mistake: float = 0.1
 
     def __post_init__(self):
         for name, value in asdict(self).items():
@@ -134,6 +142,7 @@ class Demo:
     n_precise: int
     env_steps: int
     calls: list[dict] = field(default_factory=list)  # per call: role, skill, precise, error, env_steps, turn
+    mistakes: list[str] = field(default_factory=list)  # injected wrong moves, in order
 
     @property
     def n_turns(self) -> int:
@@ -482,6 +491,20 @@ class _Episode:
         return self.rng.random() < rate
 
 
+def _mistake(ex: Expert, rng: random.Random) -> str:
+    """A wrong move of the kinds a small policy makes: a receptacle that does not exist (a
+    listed type with the next number), one already searched, or the one it stands at."""
+    t = rng.choice(sorted({_type_of(r) for r in ex.receptacles}))
+    n = max(int(r.rsplit(" ", 1)[1]) for r in ex.receptacles if _type_of(r) == t) + 1
+    options = [f"go to {t} {n}"]
+    searched = sorted(r for r in ex.contents if r != ex.loc and r in ex.receptacles)
+    if searched:
+        options.append(f"go to {rng.choice(searched)}")
+    if ex.loc:
+        options.append(f"go to {ex.loc}")
+    return rng.choice(options)
+
+
 def _play(env, executor, fmt, listing, record: GameRecord, spec: TaskSpec, rng, mix: DemoMix, max_env_steps):
     """Returns (Demo, None) or (None, drop reason)."""
     ep = _Episode(env, executor, fmt, listing, record, spec, rng, mix, max_env_steps)
@@ -496,6 +519,7 @@ def _play(env, executor, fmt, listing, record: GameRecord, spec: TaskSpec, rng, 
     seen_done = treat_done = False
     placing_for: set[str] = set()
     second_done = False
+    mistakes: list[str] = []
     while not ep.over:
         ex = ep.expert
         phase = ex.phase()
@@ -527,6 +551,11 @@ def _play(env, executor, fmt, listing, record: GameRecord, spec: TaskSpec, rng, 
         if r_random:
             ep.call(ep.rng.choice(RANDOM_MEMORY), "random_memory")
             continue
+        if ep.chance(mix.mistake):
+            command = _mistake(ex, ep.rng)
+            mistakes.append(command)
+            ep.act(command)
+            continue
         command = ex.next_command()
         if command is None:
             return None, "expert_stuck"
@@ -545,6 +574,7 @@ def _play(env, executor, fmt, listing, record: GameRecord, spec: TaskSpec, rng, 
             n_precise=sum(1 for c in calls if c["precise"]),
             env_steps=ep.env_steps,
             calls=calls,
+            mistakes=mistakes,
         ),
         None,
     )
@@ -619,6 +649,7 @@ def demo_stats(demos: Sequence[Demo], attempted: int | None = None, dropped: Cou
         "env_steps_mean": (sum(d.env_steps for d in demos) / n) if n else 0.0,
         "env_steps_max": max((d.env_steps for d in demos), default=0),
         "turns_mean": (sum(d.n_turns for d in demos) / n) if n else 0.0,
+        "mistakes_per_demo": (sum(len(d.mistakes) for d in demos) / n) if n else 0.0,
         "calls_by_role": dict(sorted(by_role.items())),
         "calls_by_skill": dict(sorted(by_skill.items())),
         "failed_calls_by_error": dict(sorted(errors.items())),

@@ -321,7 +321,9 @@ class HFPolicy:
         logits = out.logits[:, -1, :]
         cache = out.past_key_values
         layer_cls = _prealloc_layer_class()
-        if not all(isinstance(layer, layer_cls) for layer in cache.layers):  # fresh prompts: switch once, here
+        if not all(
+            isinstance(layer, layer_cls) for layer in cache.layers
+        ):  # fresh prompts: switch once, here
             cache.layers = [layer_cls(lay.keys, lay.values, params.max_new_tokens) for lay in cache.layers]
 
         # expand to one row per sample

@@ -93,6 +93,7 @@ class InitConfig:
     )
     init_demo_second_memory: float = field(default=DemoMix.second_memory, metadata={"help": "see DemoMix"})
     init_demo_random_memory: float = field(default=DemoMix.random_memory, metadata={"help": "see DemoMix"})
+    init_demo_mistake: float = field(default=DemoMix.mistake, metadata={"help": "see DemoMix"})
 
     def demo_mix(self) -> DemoMix:
         prefix = "init_demo_"
