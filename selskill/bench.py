@@ -32,9 +32,13 @@ def bench_episodes(policy, index, n_episodes: int, concurrency: int, max_env_ste
     from selskill.envs.alfworld import AlfworldEnv
     from selskill.skills import load_alfworld_skills
 
-    runner = EpisodeRunner(policy, lambda: AlfworldEnv(index), load_alfworld_skills(),
-                           TurnFormat(style="compact", admissible_style="local"),
-                           RunnerConfig(max_env_steps=max_env_steps, max_new_tokens=32, concurrent_episodes=concurrency))
+    runner = EpisodeRunner(
+        policy,
+        lambda: AlfworldEnv(index),
+        load_alfworld_skills(),
+        TurnFormat(style="compact", admissible_style="local"),
+        RunnerConfig(max_env_steps=max_env_steps, max_new_tokens=32, concurrent_episodes=concurrency),
+    )
     tasks = [g.task_id for g in index.games]
     specs = [EpisodeSpec(f"b{i}", tasks[i % len(tasks)], seed=i) for i in range(n_episodes)]
     policy.clear_cache()
@@ -43,9 +47,14 @@ def bench_episodes(policy, index, n_episodes: int, concurrency: int, max_env_ste
     rows = runner.run(specs)
     dt = time.perf_counter() - t0
     gen = policy.stats().generated_tokens - before
-    return {"concurrency": concurrency, "episodes": n_episodes, "seconds": round(dt, 2),
-            "episodes_per_s": round(n_episodes / dt, 3), "generated_tokens_per_s": round(gen / dt, 1),
-            "turns": sum(r["n_turns"] for r in rows)}
+    return {
+        "concurrency": concurrency,
+        "episodes": n_episodes,
+        "seconds": round(dt, 2),
+        "episodes_per_s": round(n_episodes / dt, 3),
+        "generated_tokens_per_s": round(gen / dt, 1),
+        "turns": sum(r["n_turns"] for r in rows),
+    }
 
 
 def bench_forks(policy, prefix_len: int = 800, k: int = 4, new_tokens: int = 32, repeats: int = 3) -> dict:
@@ -68,8 +77,13 @@ def bench_forks(policy, prefix_len: int = 800, k: int = 4, new_tokens: int = 32,
             policy.generate(reqs, params)
             best = min(best, time.perf_counter() - t0)
         timings[mode] = round(best, 3)
-    return {"prefix_tokens": prefix_len, "k": k, "new_tokens": new_tokens, "seconds": timings,
-            "speedup": round(timings["recompute"] / timings["reuse"], 2)}
+    return {
+        "prefix_tokens": prefix_len,
+        "k": k,
+        "new_tokens": new_tokens,
+        "seconds": timings,
+        "speedup": round(timings["recompute"] / timings["reuse"], 2),
+    }
 
 
 def bench_entropy(model_dir: str | None, new_tokens: int = 64, rows: int = 32) -> dict:
@@ -88,8 +102,9 @@ def bench_entropy(model_dir: str | None, new_tokens: int = 64, rows: int = 32) -
     return out
 
 
-def bench_rollout(model_dir: str | None = None, games_dir: str | None = None, episodes: int = 32,
-                  max_env_steps: int = 10) -> dict:
+def bench_rollout(
+    model_dir: str | None = None, games_dir: str | None = None, episodes: int = 32, max_env_steps: int = 10
+) -> dict:
     import torch
 
     from selskill.envs.alfworld import find_games
@@ -104,7 +119,9 @@ def bench_rollout(model_dir: str | None = None, games_dir: str | None = None, ep
     for conc in (1, 16, 32):
         result["episodes"].append(bench_episodes(policy, index, episodes, conc, max_env_steps))
     seq = result["episodes"][0]["episodes_per_s"]
-    result["batched_speedup"] = {str(e["concurrency"]): round(e["episodes_per_s"] / seq, 2) for e in result["episodes"]}
+    result["batched_speedup"] = {
+        str(e["concurrency"]): round(e["episodes_per_s"] / seq, 2) for e in result["episodes"]
+    }
     result["forks"] = bench_forks(policy)
     result["entropy"] = bench_entropy(model_dir)
     return result

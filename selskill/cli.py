@@ -95,8 +95,10 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     summary = summarize(rows, recipe.eval, recipe.seed)
     for split, m in summary.items():
         o = m["overall"]
-        print(f"{split} (n={o['episodes']}): " + "  ".join(
-            f"{LABELS[k]}={format_value(k, o.get(k), o['ci'].get(k))}" for k in METRICS))
+        print(
+            f"{split} (n={o['episodes']}): "
+            + "  ".join(f"{LABELS[k]}={format_value(k, o.get(k), o['ci'].get(k))}" for k in METRICS)
+        )
     if args.out:
         write_shard(rows, f"{args.out}/shards/00000.parquet", "rollout")
         write_json_atomic({"model": args.model, "splits": summary}, f"{args.out}/metrics.json")
@@ -188,7 +190,9 @@ def build_parser() -> argparse.ArgumentParser:
         "and steps without loading weights. With train_accelerate_config set it relaunches itself under "
         "`accelerate launch --config_file <that file>`.",
     )
-    p.add_argument("recipe_args", nargs=argparse.REMAINDER, help="--config RECIPE, --key value overrides, --help")
+    p.add_argument(
+        "recipe_args", nargs=argparse.REMAINDER, help="--config RECIPE, --key value overrides, --help"
+    )
     p.set_defaults(func=_cmd_train)
 
     p = sub.add_parser(
@@ -240,8 +244,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
     p.set_defaults(func=_cmd_report)
 
-    p = sub.add_parser("bench", help="speed benchmarks (bench rollout)",
-                       description="Benchmarks that print their figures (record them in docs/benchmarks.md).")
+    p = sub.add_parser(
+        "bench",
+        help="speed benchmarks (bench rollout)",
+        description="Benchmarks that print their figures (record them in docs/benchmarks.md).",
+    )
     bsub = p.add_subparsers(dest="bench", metavar="BENCH", required=True)
     b = bsub.add_parser(
         "rollout",
@@ -268,7 +275,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
         return args.func(args)
-    except (FileNotFoundError, FileExistsError, ValueError) as exc:  # bad input: say what and how to fix it, no traceback
+    except (
+        FileNotFoundError,
+        FileExistsError,
+        ValueError,
+    ) as exc:  # bad input: say what and how to fix it, no traceback
         print(f"selskill {args.command}: error: {exc}", file=sys.stderr)
         return 2
 

@@ -28,7 +28,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from selskill.data.layout import StageDir
+from selskill.data.layout import StageDir, round_dir
 from selskill.data.schema import ROLE_ASSISTANT
 from selskill.metrics import LABELS, METRICS, PERCENT, compute_metrics, format_value, metrics_by_task_type
 from selskill.metrics import paired_sr_difference as _paired
@@ -604,6 +604,54 @@ def metrics_section(rounds: list[RoundData], n_boot: int, seed: int, notes: list
     return blocks
 
 
+def load_mode_metrics(exp_dir: Path, rounds: list[int], notes: list[str]) -> dict[int, dict[str, dict]]:
+    """{round: {mode: metrics.json}} of the Appendix D baselines (`round_<r>/eval-<mode>/`)."""
+    out: dict[int, dict[str, dict]] = {}
+    for r in rounds:
+        for path in sorted(round_dir(exp_dir.parent, exp_dir.name, r).glob("eval-*/metrics.json")):
+            try:
+                out.setdefault(r, {})[path.parent.name.removeprefix("eval-")] = json.loads(path.read_text())
+            except (OSError, ValueError) as exc:
+                notes.append(f"round {r}: unreadable {path} ({exc})")
+    return out
+
+
+def baselines_section(rounds: list[RoundData], modes: dict[int, dict[str, dict]]) -> list[tuple]:
+    """The paper's Table 9: one policy under each eval mode, next to its `skills` evaluation."""
+    if not modes:
+        return []
+    blocks: list[tuple] = [
+        ("h", 2, "Engineering baselines (the paper's Appendix D)"),
+        (
+            "p",
+            "The same model evaluated with another prompt or skill setup instead of training: no skills, "
+            "skills as context (all bodies in the system message, no skill tool), a conservative prompt, "
+            "and an explicit skip option (a `self_reasoning` skill, counted as a skill call). "
+            "`skills` is the method's own setting (the metrics table above).",
+        ),
+    ]
+    by_round = {d.round: d for d in rounds}
+    headers = ["Round", "Mode", "Episodes"] + [LABELS[m] for m in METRICS]
+    splits = sorted({s for ms in modes.values() for m in ms.values() for s in m.get("splits", {})})
+    for split in splits:
+        rows = []
+        for r in sorted(modes):
+            entries = [("skills", by_round[r].metrics)] if r in by_round and by_round[r].metrics else []
+            entries += sorted(modes[r].items())
+            for mode, metrics in entries:
+                m = metrics.get("splits", {}).get(split)
+                if m is None:
+                    continue
+                o = m["overall"]
+                ci = o.get("ci") or {}
+                rows.append(
+                    [round_label(r), mode, o.get("episodes", 0)]
+                    + [format_value(k, o.get(k), ci.get(k)) for k in METRICS]
+                )
+        blocks += [("h", 3, f"Split {split}"), ("table", headers, rows)]
+    return blocks
+
+
 def yield_section(rounds: list[RoundData]) -> list[tuple]:
     blocks: list[tuple] = [("h", 2, "Pair yield per round")]
     have = [d for d in rounds if d.yield_]
@@ -772,7 +820,12 @@ def build_report(exp_dir: str | Path, n_boot: int = 2000, seed: int = 0) -> Repo
             + ". Round r samples with round r−1's model; pairs are not accumulated across rounds.",
         ),
     ]
-    body = metrics_section(rounds, n_boot, seed, notes) + yield_section(rounds)
+    modes = load_mode_metrics(exp_dir, rounds_found, notes)
+    body = (
+        metrics_section(rounds, n_boot, seed, notes)
+        + baselines_section(rounds, modes)
+        + yield_section(rounds)
+    )
     plot_blocks, plots = plots_section(rounds, exp_dir / "plots", exp_dir, notes)
     body += plot_blocks
     if notes:

@@ -7,6 +7,7 @@ import pytest
 
 from selskill.agent.parser import parse_turn
 from selskill.agent.transcript import after_action, after_skill, opening_messages
+from selskill.agent.turn_format import TurnFormat
 from selskill.envs.alfworld import AlfworldEnv, find_games
 from selskill.policy import init_sft
 from selskill.policy.bootstrap import IM_END, TinyArch, build_model, train_tokenizer
@@ -156,6 +157,11 @@ def test_build_reload_and_reuse(tmp_path, monkeypatch):
     assert build_init_policy(out, **kwargs) == out
     with pytest.raises(FileExistsError):
         build_init_policy(out, **{**kwargs, "lr": 1e-3})
+    # the prompt format is a setting too: a policy is sampled with the format it was trained on
+    all_commands = TurnFormat(style="compact", admissible_style="all")
+    with pytest.raises(FileExistsError):
+        build_init_policy(out, **{**kwargs, "fmt": all_commands})
+    assert manifest["settings"]["fmt"]["admissible_style"] == "local"
 
 
 def test_init_config_joins_a_trl_recipe():

@@ -114,7 +114,9 @@ class EpisodeRunner:
         fmt: TurnFormat,
         config: RunnerConfig,
         chat_template_kwargs: dict | None = None,
+        skill_text: str | None = None,
     ):
+        """`skill_text` replaces the rendered listing in the system prompt (eval modes)."""
         self.policy = policy
         self.env_factory = env_factory
         self.library = library
@@ -122,7 +124,9 @@ class EpisodeRunner:
         self.fmt = fmt
         self.config = config
         self.chat = ChatTokens(policy.tokenizer, chat_template_kwargs)
-        self.listing = render_listing(library, style=config.listing_style)
+        self.listing = (
+            skill_text if skill_text is not None else render_listing(library, style=config.listing_style)
+        )
         self._envs: list[Env] = []
         self._free: list[Env] = []
 

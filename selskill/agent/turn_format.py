@@ -98,9 +98,21 @@ def forced_prefix(decision: Decision, skill: str | None = None, think: str | Non
     raise ValueError(f"decision must be one of {DECISIONS}, got {decision!r}")
 
 
-def _format_section(style: str) -> str:
+def _format_section(style: str, tool: bool = True) -> str:
     action_example = "go to desk 1"
     call_example = render_skill_call("skill_name")
+    if not tool:
+        if style == "compact":
+            return (
+                "Reply with exactly one decision per turn, nothing else:\n"
+                f"{ACTION_OPEN}COMMAND{ACTION_CLOSE} - one admissible command.\n"
+                f"Example: {render_action(action_example)}"
+            )
+        return (
+            "Each turn, think first, then give exactly one admissible command, which is executed "
+            f"in the environment, as {ACTION_OPEN}COMMAND{ACTION_CLOSE} and nothing else:\n"
+            f"{render_action(action_example, think='reasoning about the observation')}"
+        )
     if style == "compact":
         return (
             "Reply with exactly one decision per turn, nothing else:\n"
@@ -138,6 +150,15 @@ def _skills_section(style: str, listing: str) -> str:
     )
 
 
+SKILLS_SECTIONS: tuple[str, ...] = ("listed", "none", "context")
+
+
+def _context_section(bodies: str) -> str:
+    return (
+        f"Skill knowledge (there is no skill tool: read it and act directly):\n{bodies.strip() or '(none)'}"
+    )
+
+
 @dataclass(frozen=True)
 class TurnFormat:
     """How an episode is written as chat messages.
@@ -155,8 +176,14 @@ class TurnFormat:
     # available (go to / examine a receptacle, look, inventory, help), which the first
     # observation already names: it roughly halves the prompt of a small policy.
     admissible_style: str = "all"
+    # "listed": skills by description + the skill tool (the method's setting); "none": no
+    # skills at all; "context": skill bodies as plain text, no tool (Appendix D baselines).
+    skills_section: str = "listed"
+    instruction: str = ""  # extra system-prompt paragraph (the conservative-prompt baseline)
 
     def __post_init__(self) -> None:
+        if self.skills_section not in SKILLS_SECTIONS:
+            raise ValueError(f"skills_section must be one of {SKILLS_SECTIONS}, got {self.skills_section!r}")
         if self.style not in STYLES:
             raise ValueError(f"style must be one of {STYLES}, got {self.style!r}")
         if self.admissible_style not in ADMISSIBLE_STYLES:
@@ -175,9 +202,16 @@ class TurnFormat:
         return self.style == "thinking"
 
     def system_text(self, listing: str) -> str:
-        return "\n\n".join(
-            [self.intro.strip(), _skills_section(self.style, listing), _format_section(self.style)]
-        )
+        """`listing` is the skill listing ("listed") or the skill bodies ("context")."""
+        parts = [self.intro.strip()]
+        if self.skills_section == "listed":
+            parts.append(_skills_section(self.style, listing))
+        elif self.skills_section == "context":
+            parts.append(_context_section(listing))
+        if self.instruction.strip():
+            parts.append(self.instruction.strip())
+        parts.append(_format_section(self.style, tool=self.skills_section == "listed"))
+        return "\n\n".join(parts)
 
     def system_message(self, listing: str) -> dict:
         return {"role": "system", "content": self.system_text(listing)}

@@ -32,9 +32,12 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from selskill.agent.turn_format import TurnFormat
 from selskill.policy.bootstrap import TinyArch, build_model, train_tokenizer
 from selskill.policy.demos import (
     DEFAULT_MAX_ENV_STEPS,
+    DEMO_FORMAT,
+    DEMO_LISTING_STYLE,
     Demo,
     DemoMix,
     build_demos,
@@ -302,6 +305,8 @@ def build_init_policy(
     max_env_steps: int = DEFAULT_MAX_ENV_STEPS,
     game_size: str = "small",
     games_seed: int | None = None,
+    fmt: TurnFormat = DEMO_FORMAT,
+    listing_style: str = DEMO_LISTING_STYLE,
     report_to: str | list[str] = "none",
     progress: bool = True,
     redo: bool = False,
@@ -337,6 +342,8 @@ def build_init_policy(
         warmup_ratio=warmup_ratio,
         batch_size=batch_size,
         max_length=max_length,
+        fmt=fmt,
+        listing_style=listing_style,
     )
     if not redo and is_complete(out_dir):
         manifest = read_manifest(out_dir) or {}
@@ -356,13 +363,22 @@ def build_init_policy(
     timings["games_seconds"] = round(time.perf_counter() - t, 1)
 
     t = time.perf_counter()
-    report = build_demos(records, mix=demo_mix, seed=seed, max_env_steps=max_env_steps, progress=progress)
+    report = build_demos(
+        records,
+        mix=demo_mix,
+        seed=seed,
+        max_env_steps=max_env_steps,
+        fmt=fmt,
+        listing_style=listing_style,
+        progress=progress,
+    )
     timings["demos_seconds"] = round(time.perf_counter() - t, 1)
     if not report.demos:
         raise RuntimeError(f"no winning demonstration from {len(records)} games: {dict(report.dropped)}")
 
     t = time.perf_counter()
-    tokenizer = train_tokenizer(tokenizer_corpus(report.demos), vocab_size=vocab_size)
+    corpus = tokenizer_corpus(report.demos, fmt=fmt, listing_style=listing_style)
+    tokenizer = train_tokenizer(corpus, vocab_size=vocab_size)
     timings["tokenizer_seconds"] = round(time.perf_counter() - t, 1)
 
     lengths = demo_token_lengths(tokenizer, report.demos)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from selskill.agent.eval_modes import prompt_setup
 from selskill.agent.runner import EpisodeRunner, RunnerConfig
 from selskill.agent.turn_format import TurnFormat
 from selskill.config import PolicyConfig, RunConfig
@@ -127,13 +128,23 @@ def ensure_games(run: RunConfig, games: GamesConfig, splits=("train", "valid_see
         marker.write_text("ok\n")
 
 
-def make_runner(policy, index: GameIndex, rollout: RolloutConfig, temperature: float, top_p: float = 1.0):
+def make_runner(
+    policy,
+    index: GameIndex,
+    rollout: RolloutConfig,
+    temperature: float,
+    top_p: float = 1.0,
+    mode: str = "skills",
+):
+    """`mode` is one of `selskill.agent.eval_modes.MODES`; only evaluation uses another than `skills`."""
     kwargs = {"enable_thinking": rollout.enable_thinking} if rollout.turn_style == "thinking" else None
+    setup = prompt_setup(mode, load_alfworld_skills(), rollout.turn_format(), rollout.listing_style)
     return EpisodeRunner(
         policy,
         lambda: AlfworldEnv(index),
-        load_alfworld_skills(),
-        rollout.turn_format(),
+        setup.library,
+        setup.fmt,
         rollout.runner_config(temperature, top_p),
         chat_template_kwargs=kwargs,
+        skill_text=setup.skill_text,
     )

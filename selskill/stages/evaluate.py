@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from selskill.agent.eval_modes import MODES
 from selskill.agent.runner import EpisodeSpec
 from selskill.config import PolicyConfig, RunConfig
 from selskill.data.layout import StageDir
@@ -38,6 +39,22 @@ class EvalConfig:
     eval_bootstrap: int = field(
         default=1000, metadata={"help": "bootstrap resamples for the 95 percent intervals"}
     )
+    eval_mode: str = field(
+        default="skills",
+        metadata={
+            "help": "skills (the method's setting) | no_skills | skills_as_context | conservative | "
+            "explicit_skip: the paper's Appendix D baselines; a round writes mode M to eval-M/"
+        },
+    )
+
+    def __post_init__(self):
+        if self.eval_mode not in MODES:
+            raise ValueError(f"eval_mode {self.eval_mode!r} is not one of: {', '.join(MODES)}")
+
+    @property
+    def stage(self) -> str:
+        """The round's stage directory for this mode: `eval`, or `eval-<mode>` for a baseline."""
+        return "eval" if self.eval_mode == "skills" else f"eval-{self.eval_mode}"
 
     @property
     def splits(self) -> list[str]:
@@ -75,13 +92,13 @@ def evaluate_rows(
         tasks = balanced_tasks(index.games, cfg.eval_max_tasks)
         mine = shard_items(tasks, rank, world_size)
         by_id = index.by_id()
-        runner = make_runner(policy, index, rollout, cfg.eval_temperature)
+        runner = make_runner(policy, index, rollout, cfg.eval_temperature, mode=cfg.eval_mode)
         specs = [
             EpisodeSpec(
                 f"eval/r{run.round}/{t}",
                 t,
                 stable_seed(seed, "eval", t),
-                meta={"task_type": by_id[t].task_type, "split": split},
+                meta={"task_type": by_id[t].task_type, "split": split, "mode": cfg.eval_mode},
             )
             for t in mine
         ]
@@ -124,7 +141,7 @@ def run_eval(
     model_path: str | None = None,
 ) -> dict | None:
     """Evaluate this rank's tasks; the last rank to finish writes metrics.json for the round."""
-    stage = StageDir.of(run.runs_dir, run.exp, run.round, "eval")
+    stage = StageDir.of(run.runs_dir, run.exp, run.round, cfg.stage)
 
     def compute(stats: StageStats) -> list[dict]:
         path = model_path or eval_policy_path(run)
@@ -137,7 +154,12 @@ def run_eval(
     if len(stage.completed_ranks()) < run.world_size:
         return None
     rows = read_stage(stage, "rollout", run.world_size).to_pylist()
-    metrics = {"round": run.round, "exp": run.exp, "splits": summarize(rows, cfg, seed)}
+    metrics = {
+        "round": run.round,
+        "exp": run.exp,
+        "mode": cfg.eval_mode,
+        "splits": summarize(rows, cfg, seed),
+    }
     write_json_atomic(metrics, stage.path / "metrics.json")
     return metrics
 

@@ -36,7 +36,14 @@ def ensure_init_policy(recipe: Recipe) -> Path | None:
     from selskill.policy.init_sft import build_init_policy_from_config
 
     out = policy_dir(recipe.run.runs_dir, recipe.run.exp, 1)
-    return build_init_policy_from_config(recipe.init, out, games_dir=recipe.run.games_dir, seed=recipe.seed)
+    return build_init_policy_from_config(
+        recipe.init,
+        out,
+        games_dir=recipe.run.games_dir,
+        seed=recipe.seed,
+        fmt=recipe.rollout.turn_format(),
+        listing_style=recipe.rollout.listing_style,
+    )
 
 
 def run_train_stage(argv: list[str]) -> None:
