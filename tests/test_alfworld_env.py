@@ -137,15 +137,16 @@ def test_missing_root_names_the_fix(tmp_path, monkeypatch):
         find_games(tmp_path)
 
 
-def test_grammar_parse_cache_changes_nothing(small_games, monkeypatch):
-    """The memoised template parser yields exactly the engine's own texts and commands."""
-    from textworld.envs.pddl import textgen
+def test_engine_caches_change_nothing(small_games, monkeypatch):
+    """The memoised template parser and PDDL translation yield exactly the engine's own texts,
+    commands and outcomes, also when a game is restarted (the translation cache's hit path)."""
+    from textworld.envs.pddl import logic, textgen
 
     def trace(root):
         index = find_games(root)
         env = AlfworldEnv(index)
         out = []
-        for task_id in env.task_ids():
+        for task_id in env.task_ids() + env.task_ids()[:2]:
             state = env.reset(task_id)
             out.append((state.observation, tuple(state.admissible_commands)))
             for c in _solution(root, task_id):
@@ -155,10 +156,14 @@ def test_grammar_parse_cache_changes_nothing(small_games, monkeypatch):
 
     cached = trace(small_games)
     assert getattr(textgen._parse_and_convert, "_selskill_cached", False)
+    assert getattr(logic.fast_downward.pddl2sas, "_selskill_cached", False)
     import selskill.envs.alfworld as adapter
 
     monkeypatch.setattr(adapter, "install_grammar_parse_cache", lambda: None)
+    monkeypatch.setattr(adapter, "install_translation_cache", lambda: None)
     monkeypatch.setattr(textgen, "_parse_and_convert", textgen._parse_and_convert._original)
+    monkeypatch.setattr(logic.fast_downward, "pddl2sas", logic.fast_downward.pddl2sas._original)
     plain = trace(small_games)
     assert not getattr(textgen._parse_and_convert, "_selskill_cached", False)
+    assert not getattr(logic.fast_downward.pddl2sas, "_selskill_cached", False)
     assert cached == plain

@@ -184,12 +184,54 @@ def install_grammar_parse_cache() -> None:
     textgen._parse_and_convert = cached
 
 
+TRANSLATION_CACHE_SIZE = 256  # games; one entry is the parsed task + its SAS text (~1 MB)
+
+
+def install_translation_cache() -> None:
+    """Memoise fast-downward's PDDL->SAS translation per (domain, problem): ~6x cheaper resets.
+
+    textworld translates a game's problem twice (plain and optimised) each time it builds a
+    planner state, and it builds one on `load` and another on every `reset`: four
+    translations (~0.1-0.4 s each, pure Python) to start an episode on a new game, two to
+    restart the same game, although the output depends only on the two texts. Sampling K
+    episodes per task and replaying a prefix for every fork restart the same games over and
+    over. The cached task is deep-copied out (~7 ms), so no state object shares it; texts,
+    admissible commands and outcomes are identical (a test replays games with and without it).
+    """
+    import copy
+    from collections import OrderedDict
+
+    from textworld.envs.pddl import logic
+
+    fd = logic.fast_downward
+    if getattr(fd.pddl2sas, "_selskill_cached", False):
+        return
+    original = fd.pddl2sas
+    cache: OrderedDict = OrderedDict()
+
+    def cached(domain, problem, verbose=False, optimize=False):
+        key = (domain, problem, bool(optimize))
+        if key in cache:
+            cache.move_to_end(key)
+        else:
+            cache[key] = original(domain, problem, verbose=verbose, optimize=optimize)
+            if len(cache) > TRANSLATION_CACHE_SIZE:
+                cache.popitem(last=False)
+        task, sas = cache[key]
+        return copy.deepcopy(task), sas
+
+    cached._selskill_cached = True
+    cached._original = original
+    fd.pddl2sas = cached
+
+
 def _make_engine():
     import textworld
     from alfworld.agents.environment.alfred_tw_env import AlfredDemangler
     from textworld.envs.pddl import PddlEnv
 
     install_grammar_parse_cache()
+    install_translation_cache()
     return AlfredDemangler(PddlEnv(textworld.EnvInfos(admissible_commands=True, won=True)))
 
 
