@@ -36,7 +36,7 @@ def bench_episodes(policy, index, n_episodes: int, concurrency: int, max_env_ste
         policy,
         lambda: AlfworldEnv(index),
         load_alfworld_skills(),
-        TurnFormat(style="compact", admissible_style="local"),
+        TurnFormat(style="compact", admissible_style="all"),  # recipes/tiny.yaml's format
         RunnerConfig(max_env_steps=max_env_steps, max_new_tokens=32, concurrent_episodes=concurrency),
     )
     tasks = [g.task_id for g in index.games]

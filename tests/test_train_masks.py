@@ -187,6 +187,25 @@ def test_kind_selection_and_mix_ratio():
     assert [e["pair_id"] for e in again] == [e["pair_id"] for e in mixed]  # seeded
 
 
+def test_branch_pool_filter_and_pair_cap():
+    side = ([5, 6], [A, A], [0, 0])
+    rows = [_row(f"l{i}", "local", [START, 9], side, side) for i in range(6)]
+    for i, row in enumerate(rows):
+        row["branch_pool"] = "ordinary" if i % 3 == 0 else "post_skill"
+    rows += [_row(f"e{i}", "episode", [START, 9], side, side) for i in range(2)]
+    table = pa.Table.from_pylist(rows, schema=PAIR_SCHEMA)
+    ordinary, stats = build_examples(table, branch_pools="ordinary")
+    assert [e["pair_id"] for e in ordinary] == ["l0", "l3", "e0", "e1"]  # episode pairs are not filtered
+    assert stats.other_pool["local"] == 4
+    post, _ = build_examples(table, branch_pools="post_skill", kinds=("local",))
+    assert [e["pair_id"] for e in post] == ["l1", "l2", "l4", "l5"]
+    capped, stats = build_examples(table, max_pairs=3, seed=1)
+    assert len(capped) == 3 and sum(stats.dropped_by_cap.values()) == 5 and sum(stats.trained.values()) == 3
+    again, _ = build_examples(table, max_pairs=3, seed=1)
+    assert [e["pair_id"] for e in again] == [e["pair_id"] for e in capped]  # seeded
+    assert len(build_examples(table, max_pairs=100)[0]) == 8  # a cap above the count changes nothing
+
+
 def test_a_side_without_trainable_tokens_is_skipped():
     no_assistant = ([5, 6], [B, B], [0, 0])
     table = pa.Table.from_pylist(

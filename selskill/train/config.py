@@ -15,6 +15,7 @@ from trl import DPOConfig
 
 PAIR_KIND_CHOICES = ("episode", "local", "both")
 OVERFLOW_CHOICES = ("skip", "error")
+BRANCH_POOL_CHOICES = ("all", "ordinary", "post_skill")
 
 
 def bf16_available() -> bool:
@@ -76,6 +77,22 @@ class TrainConfig(DPOConfig):
             "help": "share of local pairs in the training set when both kinds are trained: a value in (0, 1) "
             "subsamples the over-represented kind (seeded) until local pairs make up this share; -1 keeps every "
             "pair (the natural mix)"
+        },
+    )
+    train_branch_pools: str = field(
+        default="all",
+        metadata={
+            "help": "local pairs kept by the pool of their branch point: all, ordinary (entropy-selected ordinary "
+            "turns) or post_skill (turns that invoked a skill); the paper's Table 2 'entropy-local only' and "
+            "'skill-call-local only'. Episode pairs are not affected.",
+            "choices": list(BRANCH_POOL_CHOICES),
+        },
+    )
+    train_max_pairs: int = field(
+        default=0,
+        metadata={
+            "help": "train on at most this many pairs (a seeded subsample after every other filter), so that "
+            "ablations compare at matched pair counts; 0 = no limit"
         },
     )
     train_window_n: str = field(
@@ -140,6 +157,12 @@ class TrainConfig(DPOConfig):
             raise ValueError(
                 f"train_pair_kinds must be one of {', '.join(PAIR_KIND_CHOICES)}; got {self.train_pair_kinds!r}"
             )
+        if self.train_branch_pools not in BRANCH_POOL_CHOICES:
+            raise ValueError(
+                f"train_branch_pools must be one of {', '.join(BRANCH_POOL_CHOICES)}; got {self.train_branch_pools!r}"
+            )
+        if self.train_max_pairs < 0:
+            raise ValueError(f"train_max_pairs must be >= 0 (0 = no limit); got {self.train_max_pairs}")
         if self.train_overflow not in OVERFLOW_CHOICES:
             raise ValueError(
                 f"train_overflow must be one of {', '.join(OVERFLOW_CHOICES)}; got {self.train_overflow!r}"

@@ -132,9 +132,11 @@ class PairStats:
     max_length: int | None = None
     read: Counter = field(default_factory=Counter)
     not_selected: Counter = field(default_factory=Counter)
+    other_pool: Counter = field(default_factory=Counter)
     empty_window: Counter = field(default_factory=Counter)
     too_long: Counter = field(default_factory=Counter)
     dropped_by_mix: Counter = field(default_factory=Counter)
+    dropped_by_cap: Counter = field(default_factory=Counter)
     prompt_truncated: Counter = field(default_factory=Counter)
     trained: Counter = field(default_factory=Counter)
     prompt_tokens_dropped: int = 0
@@ -160,8 +162,12 @@ class PairStats:
         ]
         if sum(self.not_selected.values()):
             lines.append(f"  not selected by train_pair_kinds: {fmt(self.not_selected)}")
+        if sum(self.other_pool.values()):
+            lines.append(f"  local pairs of another branch pool (train_branch_pools): {fmt(self.other_pool)}")
         if sum(self.dropped_by_mix.values()):
             lines.append(f"  left out by train_local_fraction: {fmt(self.dropped_by_mix)}")
+        if sum(self.dropped_by_cap.values()):
+            lines.append(f"  left out by train_max_pairs: {fmt(self.dropped_by_cap)}")
         if sum(self.prompt_truncated.values()):
             lines.append(
                 f"  oldest prompt messages dropped to fit max_length: {fmt(self.prompt_truncated)} pairs, "
@@ -212,14 +218,21 @@ def build_examples(
     local_fraction: float = -1.0,
     seed: int = 0,
     overflow: str = "skip",
+    branch_pools: str = "all",
+    max_pairs: int = 0,
 ) -> tuple[list[dict], PairStats]:
-    """Token rows (TOKEN_COLUMNS + pair_id + kind) for the pairs in `table`, and what happened to each."""
+    """Token rows (TOKEN_COLUMNS + pair_id + kind) for the pairs in `table`, and what happened to each.
+
+    Filters in order: kind, branch pool (local pairs), fit to max_length, kind mix, then a
+    seeded cap of `max_pairs` (0 = none) that keeps the kind proportions of what is left.
+    """
     policy = policy or FitPolicy()
     stats = PairStats(window_n="all" if n is None else str(n), max_length=policy.max_length)
     columns = [
         "pair_id",
         "kind",
         "window_n",
+        "branch_pool",
         "prompt_ids",
         "chosen_ids",
         "rejected_ids",
@@ -246,6 +259,9 @@ def build_examples(
         stats.read[kind] += 1
         if kind not in kinds:
             stats.not_selected[kind] += 1
+            continue
+        if kind == "local" and branch_pools != "all" and row["branch_pool"] != branch_pools:
+            stats.other_pool[kind] += 1
             continue
         cmask = loss_mask(row["chosen_role"], row["chosen_turn"], kind, n)
         rmask = loss_mask(row["rejected_role"], row["rejected_turn"], kind, n)
@@ -289,6 +305,11 @@ def build_examples(
     for i, r in enumerate(fitted):
         if i not in kept:
             stats.dropped_by_mix[r["kind"]] += 1
+    if 0 < max_pairs < len(keep):
+        capped = np.sort(np.random.default_rng([seed, 1]).choice(keep, size=max_pairs, replace=False))
+        for i in sorted(kept - set(capped.tolist())):
+            stats.dropped_by_cap[fitted[i]["kind"]] += 1
+        keep = capped
     examples = [fitted[i] for i in keep]
     for r in examples:
         stats.trained[r["kind"]] += 1
@@ -339,4 +360,6 @@ def build_from_config(table: pa.Table, cfg, tokenizer=None) -> tuple[list[dict],
         local_fraction=cfg.train_local_fraction,
         seed=cfg.seed,
         overflow=cfg.train_overflow,
+        branch_pools=cfg.train_branch_pools,
+        max_pairs=cfg.train_max_pairs,
     )
