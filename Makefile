@@ -49,7 +49,7 @@ ROUND ?= 1
 RECIPE_ARGS = --config $(RECIPE) $(if $(filter command line environment,$(origin EXP)),--exp $(EXP))
 RECIPE_EXP = $(shell sed -n 's/^exp: *\([^ #]*\).*/\1/p' $(RECIPE) | head -1)
 RUN_EXP = $(if $(filter command line environment,$(origin EXP)),$(EXP),$(or $(RECIPE_EXP),tiny))
-.PHONY: init round eval bench-rollout
+.PHONY: init round eval bench-rollout bench-mini
 
 init: $(STAMP)  ## build the offline init policy (reused if present) and print its held-out metrics
 	$(BIN)/selskill init $(RECIPE_ARGS)
@@ -60,6 +60,10 @@ round: $(STAMP)  ## one round: make round ROUND=1 [RECIPE=recipes/tiny.yaml] [EX
 
 eval: $(STAMP)  ## evaluate round ROUND's model on the recipe's held-out splits
 	$(BIN)/python pipelines/evaluate.py $(RECIPE_ARGS) --round $(ROUND)
+
+bench-mini: $(STAMP)  ## the CPU replication: init -> R1 -> R2 + round-1 ablations (recipes/mini.yaml; hours; resumable)
+	$(BIN)/python pipelines/bench_mini.py --config $(if $(filter command line,$(origin RECIPE)),$(RECIPE),recipes/mini.yaml) $(if $(filter command line environment,$(origin EXP)),--exp $(EXP))
+	$(BIN)/selskill report --exp runs/$(if $(filter command line environment,$(origin EXP)),$(EXP),mini)
 
 bench-rollout: $(STAMP)  ## rollout speed: batching, fork prefix reuse, entropy cost (figures in docs/benchmarks.md)
 	$(BIN)/selskill bench rollout $(if $(wildcard runs/tiny/round_0/train/model),--model runs/tiny/round_0/train/model)

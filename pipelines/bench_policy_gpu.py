@@ -61,7 +61,9 @@ for name, arch, dtype in [
     d = pol.generate([R(nxt, seed=6)], sp)[0][0]
     r["turn_reuse_same_tokens"] = c.token_ids == d.token_ids
     r["turn_reuse_max_lp_diff"] = (
-        max(abs(x - y) for x, y in zip(c.logprobs, d.logprobs, strict=True)) if c.token_ids == d.token_ids else None
+        max(abs(x - y) for x, y in zip(c.logprobs, d.logprobs, strict=True))
+        if c.token_ids == d.token_ids
+        else None
     )
     # speed: decode throughput by batch size at a 1500-token context
     prompt = [5 + (i * 13) % (len(tok) - 10) for i in range(1500)]

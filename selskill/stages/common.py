@@ -67,7 +67,20 @@ class StageStats:
 
 
 def write_stage_config(stage: StageDir, configs: Sequence) -> None:
-    """The resolved recipe of this stage (all dataclasses), for reproducibility."""
+    """The resolved recipe of this stage (all dataclasses), for reproducibility.
+
+    A stage whose ranks are all complete keeps the config it was computed with (a rerun
+    that skips it, possibly from another experiment linking to it, must not relabel it);
+    `redo` rewrites it.
+    """
+    run = next((c for c in configs if hasattr(c, "world_size") and hasattr(c, "redo")), None)
+    if (
+        run is not None
+        and not run.redo
+        and stage.config.is_file()
+        and len(stage.completed_ranks()) >= run.world_size
+    ):
+        return
     merged = {}
     for cfg in configs:
         for f in dataclasses.fields(cfg):

@@ -27,9 +27,19 @@ class GamesConfig:
     games_eval_per_type: int = field(
         default=4, metadata={"help": "generated valid_seen/valid_unseen games per type"}
     )
+    games_unseen_per_type: int = field(
+        default=-1, metadata={"help": "generated valid_unseen games per type (-1 = games_eval_per_type)"}
+    )
     games_seed: int = field(
         default=0, metadata={"help": "generation seed (the same seed writes identical games)"}
     )
+
+    def per_type(self, split: str) -> int:
+        if split == "train":
+            return self.games_train_per_type
+        if split == "valid_unseen" and self.games_unseen_per_type >= 0:
+            return self.games_unseen_per_type
+        return self.games_eval_per_type
 
 
 @dataclass
@@ -113,7 +123,7 @@ def ensure_games(run: RunConfig, games: GamesConfig, splits=("train", "valid_see
     from selskill.envs.alfworld_gen import generate_games
 
     for split in splits:
-        per_type = games.games_train_per_type if split == "train" else games.games_eval_per_type
+        per_type = games.per_type(split)
         marker = Path(run.games_dir) / f".{split}-{games.games_size}-{per_type}-{games.games_seed}.done"
         if per_type <= 0 or marker.exists():
             continue

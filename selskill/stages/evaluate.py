@@ -150,9 +150,11 @@ def run_eval(
         stats.tokens = sum(len(r["token_ids"]) for r in rows)
         return rows
 
-    run_rank(stage, "rollout", run.rank, run.redo, compute)
+    computed = run_rank(stage, "rollout", run.rank, run.redo, compute)
     if len(stage.completed_ranks()) < run.world_size:
         return None
+    if not computed and (stage.path / "metrics.json").is_file():
+        return load_metrics(stage.path / "metrics.json")  # nothing new: keep what was written
     rows = read_stage(stage, "rollout", run.world_size).to_pylist()
     metrics = {
         "round": run.round,

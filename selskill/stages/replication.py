@@ -1,0 +1,183 @@
+"""The mini replication (`make bench-mini`): init -> R1 -> R2, then the paper's round-1 ablations.
+
+Every piece is an ordinary round of an ordinary experiment, so it resumes like any round:
+- the main line is `runs/<exp>/round_{1,2}`;
+- each ablation is its own experiment `runs/<exp>-<variant>/` whose round 0 (the init
+  policy and its eval) and whichever round-1 stages it shares with the main line are
+  symbolic links into `runs/<exp>/`, so the variants differ from the main line in exactly
+  one knob and never recompute the shared stages;
+- pair-set ablations (the paper's Table 2: episode only, entropy-local only, skill-call-local
+  only, SelSkill n=1 / n=3 / n=all) reuse the main line's round-1 pairs and retrain at a
+  matched pair count (`train_max_pairs` = the smallest variant's count);
+- branching ablations (Tables 10-11: entropy / random / all-skill) reuse the main line's
+  round-1 samples and rerun branch -> fork -> label -> train -> eval with another
+  `branch_strategy`.
+The summary (`runs/<exp>/ablations.md` + `.json`) reads only files the rounds wrote.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from selskill.config import load_recipe
+from selskill.data.layout import round_dir
+from selskill.data.shards import write_json_atomic
+from selskill.stages.round import run_round
+
+PAIR_VARIANTS: dict[str, dict[str, str]] = {
+    "episode-only": {"train_pair_kinds": "episode"},
+    "entropy-local-only": {"train_pair_kinds": "local", "train_branch_pools": "ordinary"},
+    "skill-call-local-only": {"train_pair_kinds": "local", "train_branch_pools": "post_skill"},
+    "n1": {"train_window_n": "1"},
+    "n3": {"train_window_n": "3"},
+    "nall": {"train_window_n": "all"},
+}
+BRANCH_VARIANTS: dict[str, dict[str, str]] = {
+    "branch-random": {"branch_strategy": "random"},
+    "branch-all_skill": {"branch_strategy": "all_skill"},
+}
+SHARED_FOR_PAIRS = ("sample", "branch", "fork", "label")
+SHARED_FOR_BRANCHING = ("sample",)
+
+
+def _args(overrides: dict[str, str]) -> list[str]:
+    return [x for k, v in overrides.items() for x in (f"--{k}", str(v))]
+
+
+def link_shared(runs_dir: str, main: str, variant: str, stages: tuple[str, ...]) -> None:
+    """runs/<variant>/round_0 -> runs/<main>/round_0, and round_1/<stage> -> the main line's."""
+    src0, dst0 = round_dir(runs_dir, main, 0), round_dir(runs_dir, variant, 0)
+    dst0.parent.mkdir(parents=True, exist_ok=True)
+    if not dst0.exists():
+        os.symlink(os.path.relpath(src0, dst0.parent), dst0)
+    dst1 = round_dir(runs_dir, variant, 1)
+    dst1.mkdir(parents=True, exist_ok=True)
+    for stage in stages:
+        src, dst = round_dir(runs_dir, main, 1) / stage, dst1 / stage
+        if not src.is_dir():
+            raise FileNotFoundError(f"{src} is missing: run the main line's round 1 first")
+        if not dst.exists():
+            os.symlink(os.path.relpath(src, dst1), dst)
+
+
+def trainable_pairs(argv: list[str], overrides: dict[str, str]) -> int:
+    """How many of the main line's round-1 pairs a variant would train (before any cap)."""
+    from transformers import AutoTokenizer
+
+    from selskill.data.layout import StageDir
+    from selskill.stages.common import read_stage
+    from selskill.train.pairs import build_from_config
+
+    recipe = load_recipe(argv + _args(overrides))
+    run = recipe.run
+    table = read_stage(StageDir.of(run.runs_dir, run.exp, 1, "label"), "pair", run.world_size)
+    tok = AutoTokenizer.from_pretrained(str(round_dir(run.runs_dir, run.exp, 0) / "train" / "model"))
+    examples, _ = build_from_config(table, recipe.train, tok)
+    return len(examples)
+
+
+def _metrics(runs_dir: str, exp: str, r: int, split: str) -> dict | None:
+    path = round_dir(runs_dir, exp, r) / "eval" / "metrics.json"
+    if not path.is_file():
+        return None
+    return json.loads(path.read_text())["splits"].get(split, {}).get("overall")
+
+
+def _yield(runs_dir: str, exp: str, r: int) -> dict:
+    from selskill.report import sum_yields
+
+    stats = [
+        json.loads(p.read_text())
+        for p in sorted((round_dir(runs_dir, exp, r) / "label" / "stats").glob("*.json"))
+    ]
+    return sum_yields(stats) or {}
+
+
+def summary_rows(runs_dir: str, main: str, split: str = "valid_seen") -> dict:
+    from selskill.metrics import METRICS
+
+    def row(exp: str, r: int) -> dict:
+        m = _metrics(runs_dir, exp, r, split) or {}
+        stats_path = round_dir(runs_dir, exp, r) / "train" / "pairs_stats.json"
+        trained = json.loads(stats_path.read_text()).get("trained", {}) if stats_path.is_file() else {}
+        y = _yield(runs_dir, exp, r) if r else {}
+        return {
+            "exp": exp,
+            "round": r,
+            "metrics": {k: m.get(k) for k in METRICS} | {"episodes": m.get("episodes")},
+            "ci": m.get("ci", {}),
+            "pairs_trained": trained,
+            "pairs_per_task": y.get("pairs_per_task"),
+            "invoke_preferred_share": y.get("invoke_preferred_share"),
+        }
+
+    return {
+        "split": split,
+        "main": [row(main, r) for r in (0, 1, 2)],
+        "pairs": {name: row(f"{main}-{name}", 1) for name in PAIR_VARIANTS},
+        "branching": {"branch-entropy": row(main, 1)}
+        | {name: row(f"{main}-{name}", 1) for name in BRANCH_VARIANTS},
+    }
+
+
+def to_markdown(summary: dict) -> str:
+    from selskill.metrics import LABELS, METRICS, format_value
+
+    def cells(r: dict) -> list[str]:
+        return [format_value(k, r["metrics"].get(k), r["ci"].get(k)) for k in METRICS]
+
+    head = "| " + " | ".join(["Model"] + [LABELS[k] for k in METRICS]) + " |"
+    sep = "|" + "---|" * (len(METRICS) + 1)
+    out = [f"## Main line ({summary['split']})", "", head, sep]
+    for r in summary["main"]:
+        out.append("| " + " | ".join([("init" if r["round"] == 0 else f"R{r['round']}")] + cells(r)) + " |")
+    out += ["", f"## Round-1 pair ablations, matched pair counts ({summary['split']})", ""]
+    out += [
+        "| Variant | pairs trained | " + " | ".join(LABELS[k] for k in METRICS) + " |",
+        "|---|---|" + "---|" * len(METRICS),
+    ]
+    for name, r in summary["pairs"].items():
+        out.append(f"| {name} | {sum(r['pairs_trained'].values()) or '-'} | " + " | ".join(cells(r)) + " |")
+    out += ["", f"## Round-1 branching strategies ({summary['split']})", ""]
+    out += ["| Strategy | pairs/task (local) | invoke-preferred | SR |", "|---|---|---|---|"]
+    for name, r in summary["branching"].items():
+        ppt = (r["pairs_per_task"] or {}).get("local")
+        share = r["invoke_preferred_share"]
+        out.append(
+            f"| {name.removeprefix('branch-')} | {'-' if ppt is None else f'{ppt:.2f}'} | "
+            f"{'-' if share is None else f'{100 * share:.1f}%'} | "
+            f"{format_value('sr', r['metrics'].get('sr'), r['ci'].get('sr'))} |"
+        )
+    return "\n".join(out) + "\n"
+
+
+def run_replication(argv: list[str], ablations: bool = True) -> dict:
+    recipe = load_recipe(argv)
+    runs_dir, main = recipe.run.runs_dir, recipe.run.exp
+    for r in (1, 2):
+        run_round(load_recipe(argv + ["--round", str(r)]), argv + ["--round", str(r)])
+    if ablations:
+        base = argv + ["--round", "1", "--eval_splits", "valid_seen"]
+        counts = {name: trainable_pairs(base, o) for name, o in PAIR_VARIANTS.items()}
+        matched = min((c for c in counts.values() if c > 0), default=0)
+        print(f"round-1 pairs per ablation: {counts}; matched count: {matched}")
+        for name, overrides in PAIR_VARIANTS.items():
+            if counts[name] == 0:
+                print(f"skipping {name}: no trainable pair")
+                continue
+            link_shared(runs_dir, main, f"{main}-{name}", SHARED_FOR_PAIRS)
+            args = base + _args(overrides | {"exp": f"{main}-{name}", "train_max_pairs": str(matched)})
+            run_round(load_recipe(args), args)
+        for name, overrides in BRANCH_VARIANTS.items():
+            link_shared(runs_dir, main, f"{main}-{name}", SHARED_FOR_BRANCHING)
+            args = base + _args(overrides | {"exp": f"{main}-{name}"})
+            run_round(load_recipe(args), args)
+    summary = summary_rows(runs_dir, main)
+    out = Path(runs_dir) / main
+    write_json_atomic(summary, out / "ablations.json")
+    text = to_markdown(summary)
+    (out / "ablations.md").write_text(text)
+    print(text)
+    return summary

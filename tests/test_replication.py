@@ -1,0 +1,62 @@
+"""The mini replication's plumbing: ablation experiments link the main line's shared stages
+without relabelling them, and the summary reads exactly what the rounds wrote."""
+
+import json
+
+import pytest
+import yaml
+from fixtures_run import write_fixture_run
+
+from selskill.config import RunConfig
+from selskill.data.layout import StageDir, round_dir
+from selskill.stages import replication as rep
+from selskill.stages.common import write_stage_config
+
+
+@pytest.fixture
+def runs(tmp_path):
+    write_fixture_run(tmp_path / "runs", "main")
+    return tmp_path / "runs"
+
+
+def test_variants_link_round_0_and_the_shared_stages(runs):
+    rep.link_shared(str(runs), "main", "main-n1", rep.SHARED_FOR_PAIRS)
+    var = runs / "main-n1"
+    assert (var / "round_0").is_symlink() and (var / "round_0" / "eval" / "metrics.json").is_file()
+    for stage in rep.SHARED_FOR_PAIRS:
+        link = var / "round_1" / stage
+        assert link.is_symlink() and link.resolve() == (runs / "main" / "round_1" / stage).resolve()
+    assert not (var / "round_1" / "train").exists()  # the variant trains its own model
+    rep.link_shared(str(runs), "main", "main-n1", rep.SHARED_FOR_PAIRS)  # idempotent
+    with pytest.raises(FileNotFoundError, match="main line's round 1"):
+        rep.link_shared(str(runs), "nothing", "nothing-n1", ("sample",))
+
+
+def test_a_complete_linked_stage_keeps_its_config(runs):
+    stage = StageDir.of(runs, "main", 1, "sample")
+    stage.config.write_text(yaml.safe_dump({"exp": "main"}))
+    other = RunConfig(exp="main-branch-random", runs_dir=str(runs), round=1)
+    write_stage_config(stage, [other])
+    assert yaml.safe_load(stage.config.read_text())["exp"] == "main"
+    redo = RunConfig(exp="main", runs_dir=str(runs), round=1, redo=True)
+    write_stage_config(stage, [redo])
+    assert yaml.safe_load(stage.config.read_text())["exp"] == "main" and "redo" in stage.config.read_text()
+
+
+def test_summary_reads_metrics_pairs_and_yield(runs):
+    rep.link_shared(str(runs), "main", "main-branch-random", rep.SHARED_FOR_BRANCHING)
+    summary = rep.summary_rows(str(runs), "main")
+    metrics = {
+        r: json.loads((round_dir(runs, "main", r) / "eval" / "metrics.json").read_text())["splits"][
+            "valid_seen"
+        ]["overall"]
+        for r in (0, 1, 2)
+    }
+    assert [row["metrics"]["sr"] for row in summary["main"]] == [metrics[r]["sr"] for r in (0, 1, 2)]
+    entropy = summary["branching"]["branch-entropy"]
+    assert entropy["pairs_per_task"] and entropy["pairs_per_task"]["local"] > 0
+    assert summary["branching"]["branch-random"]["metrics"]["sr"] is None  # not run yet: shown as "-"
+    md = rep.to_markdown(summary)
+    assert "| init |" in md and "| R1 |" in md and "| R2 |" in md
+    assert "| random | - | - | - |" in md
+    assert all(f"| {name} |" in md for name in rep.PAIR_VARIANTS)
