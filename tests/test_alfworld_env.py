@@ -157,10 +157,13 @@ def test_engine_caches_change_nothing(small_games, monkeypatch):
     cached = trace(small_games)
     assert getattr(textgen._parse_and_convert, "_selskill_cached", False)
     assert getattr(logic.fast_downward.pddl2sas, "_selskill_cached", False)
+    assert getattr(textgen.copy_context, "_selskill_cached", False)
     import selskill.envs.alfworld as adapter
 
     monkeypatch.setattr(adapter, "install_grammar_parse_cache", lambda: None)
     monkeypatch.setattr(adapter, "install_translation_cache", lambda: None)
+    monkeypatch.setattr(adapter, "install_context_copy", lambda: None)
+    monkeypatch.setattr(textgen, "copy_context", textgen.copy_context._original)
     monkeypatch.setattr(textgen, "_parse_and_convert", textgen._parse_and_convert._original)
     monkeypatch.setattr(logic.fast_downward, "pddl2sas", logic.fast_downward.pddl2sas._original)
     plain = trace(small_games)

@@ -225,6 +225,36 @@ def install_translation_cache() -> None:
     fd.pddl2sas = cached
 
 
+def install_context_copy() -> None:
+    """Copy textworld's derivation contexts with dict copies instead of `deepcopy`: ~1.4x faster steps.
+
+    Every symbol of every derivation gets a copy of the context, whose `variables` and
+    `mapping` dicts textworld deep-copies although derivation only ever adds keys to the
+    copy (`dict.update` in `query`) and never mutates the entity and variable objects they
+    hold; a new dict per copy keeps every derivation's additions to itself. A third of a
+    step's time went to those deep copies. Texts are identical (the test that replays
+    games with and without the engine caches covers this one too).
+    """
+    from textworld.envs.pddl import textgen
+
+    if getattr(textgen.copy_context, "_selskill_cached", False):
+        return
+    original = textgen.copy_context
+
+    def copy_context(context):
+        return {
+            "state": context["state"],
+            "facts": context["facts"],
+            "variables": dict(context["variables"]),
+            "mapping": dict(context["mapping"]),
+            "entity_infos": context["entity_infos"],
+        }
+
+    copy_context._selskill_cached = True
+    copy_context._original = original
+    textgen.copy_context = copy_context
+
+
 def _make_engine():
     import textworld
     from alfworld.agents.environment.alfred_tw_env import AlfredDemangler
@@ -232,6 +262,7 @@ def _make_engine():
 
     install_grammar_parse_cache()
     install_translation_cache()
+    install_context_copy()
     return AlfredDemangler(PddlEnv(textworld.EnvInfos(admissible_commands=True, won=True)))
 
 
