@@ -57,6 +57,27 @@ def bench_episodes(policy, index, n_episodes: int, concurrency: int, max_env_ste
     }
 
 
+def bench_env(index, games: int = 6, steps: int = 8) -> dict:
+    """Engine cost alone: reset of a game not seen before, reset of a seen one, one step."""
+    from selskill.envs.alfworld import AlfworldEnv
+
+    env = AlfworldEnv(index)
+    tasks = [g.task_id for g in index.games][:games]
+    env.reset(tasks[0])  # engine start-up is not a reset
+    timings: dict[str, list[float]] = {"reset_new": [], "reset_seen": [], "step": []}
+    for key in ("reset_new", "reset_seen"):
+        for task in tasks[1:]:
+            t0 = time.perf_counter()
+            state = env.reset(task)
+            timings[key].append(time.perf_counter() - t0)
+            if key == "reset_seen":
+                for command in [c for c in state.admissible_commands if c.startswith("go to ")][:steps]:
+                    t0 = time.perf_counter()
+                    env.step(command)
+                    timings["step"].append(time.perf_counter() - t0)
+    return {f"{k}_ms": round(1000 * sum(v) / len(v), 1) for k, v in timings.items() if v}
+
+
 def bench_forks(policy, prefix_len: int = 800, k: int = 4, new_tokens: int = 32, repeats: int = 3) -> dict:
     from selskill.policy.base import GenerationRequest, SamplingParams
 
@@ -115,7 +136,7 @@ def bench_rollout(
         generate_games(games_dir, per_type=2, seed=0, split="valid_seen")
     index = find_games(games_dir, splits="valid_seen")
     policy, name = _policy(model_dir)
-    result = {"model": name, "threads": torch.get_num_threads(), "episodes": []}
+    result = {"model": name, "threads": torch.get_num_threads(), "env": bench_env(index), "episodes": []}
     for conc in (1, 16, 32):
         result["episodes"].append(bench_episodes(policy, index, episodes, conc, max_env_steps))
     seq = result["episodes"][0]["episodes_per_s"]
