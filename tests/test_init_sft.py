@@ -42,23 +42,48 @@ def _args(tmp_path, **kw):
     return sft_config(tmp_path / "sft", **{**base, **kw})
 
 
+def _trained_text(trainer, tokenizer, k=0) -> tuple[str, str]:
+    row = trainer.train_dataset[k]
+    ids, labels = row["input_ids"], row["labels"]
+    trained = [i for i, lab in zip(ids, labels, strict=True) if lab != -100]
+    untrained = [i for i, lab in zip(ids, labels, strict=True) if lab == -100]
+    assert len(trained) + len(untrained) == len(ids)
+    return tokenizer.decode(trained), tokenizer.decode(untrained)
+
+
 def test_only_assistant_tokens_carry_loss(tmp_path, demos, tokenizer):
     from trl import SFTTrainer
 
     model = build_model(tokenizer, MICRO, seed=0)
+    demo = dataclasses.replace(demos[0], untrained_turns=[])
     trainer = SFTTrainer(
-        model=model, args=_args(tmp_path), train_dataset=sft_dataset(demos[:2]), processing_class=tokenizer
+        model=model, args=_args(tmp_path), train_dataset=sft_dataset([demo], tokenizer), processing_class=tokenizer
     )
-    row = trainer.train_dataset[0]
-    ids, labels = row["input_ids"], row["labels"]
-    trained = [i for i, lab in zip(ids, labels, strict=True) if lab != -100]
-    expected = "".join(m["content"] + IM_END for m in row["messages"] if m["role"] == "assistant")
-    assert tokenizer.decode(trained) == expected
-    # and the untrained part is exactly everything else
-    untrained = [i for i, lab in zip(ids, labels, strict=True) if lab == -100]
-    assert len(trained) + len(untrained) == len(ids)
-    assert "Admissible commands" in tokenizer.decode(untrained)
-    assert "Admissible commands" not in tokenizer.decode(trained)
+    trained, untrained = _trained_text(trainer, tokenizer)
+    assert trained == "".join(m["content"] + IM_END for m in demo.messages if m["role"] == "assistant")
+    assert "Admissible commands" in untrained and "Admissible commands" not in trained
+
+
+def test_injected_mistakes_are_context_not_targets(tmp_path, demos, tokenizer):
+    from trl import SFTTrainer
+
+    demo = demos[0]
+    turns = [m["content"] for m in demo.messages if m["role"] == "assistant"]
+    skip = [1, len(turns) - 2]
+    marked = dataclasses.replace(demo, untrained_turns=skip)
+    for assistant_only in (True, False):  # phase 2 and phase 1
+        args = _args(tmp_path)
+        dataset = sft_dataset([marked], tokenizer, drop_system=not assistant_only, assistant_only=assistant_only)
+        trainer = SFTTrainer(model=build_model(tokenizer, MICRO, seed=0), args=args, train_dataset=dataset,
+                             processing_class=tokenizer)  # fmt: skip
+        trained, untrained = _trained_text(trainer, tokenizer)
+        kept = [t for i, t in enumerate(turns) if i not in skip]
+        if assistant_only:
+            assert trained == "".join(t + IM_END for t in kept)
+        else:  # every token but the skipped turns
+            assert all(t in trained for t in kept) and "Admissible commands" in trained
+        for i in skip:
+            assert turns[i] + IM_END in untrained
 
 
 def test_sft_lowers_the_loss(tmp_path, demos, tokenizer):
@@ -133,8 +158,12 @@ def test_build_reload_and_reuse(tmp_path, monkeypatch):
     assert manifest["settings"]["n_train_games"] == 1 and manifest["demos"]["n_demos"] >= 5
     train = manifest["train"]
     assert train["pretrain"]["steps"] == 2 and train["sft"]["steps"] == 2 and train["tokens_per_second"] > 0
-    # the first phase trains every token, the second the assistant's only
-    assert train["pretrain"]["assistant_tokens_per_epoch"] == train["pretrain"]["tokens_per_epoch"]
+    # the first phase trains every token but the injected wrong moves, the second the assistant's only
+    pre = train["pretrain"]
+    if manifest["demos"]["mistakes_per_demo"]:
+        assert 0.9 * pre["tokens_per_epoch"] < pre["assistant_tokens_per_epoch"] < pre["tokens_per_epoch"]
+    else:
+        assert pre["assistant_tokens_per_epoch"] == pre["tokens_per_epoch"]
     assert 0 < train["sft"]["assistant_tokens_per_epoch"] < train["sft"]["tokens_per_epoch"]
     assert 0 < manifest["demo_tokens"]["mean"] <= manifest["demo_tokens"]["max"] <= 4096
     assert len(find_games(games_dir, "train").games) == 6  # generated because missing

@@ -42,7 +42,9 @@ The wrong moves are there so that the policy sees what follows a mistake: a smal
 trained only on flawless play meets "Nothing happens." for the first time at sampling time
 and loops (measured: it hallucinates "drawer 2" in a room with one drawer, then repeats
 it); after an injected mistake the demonstration simply carries on with the expert's next
-move (the noise-injection idea of DART).
+move (the noise-injection idea of DART). The wrong move itself is context only: its turn
+is left out of the SFT loss (`Demo.untrained_turns`), otherwise the policy would learn to
+make it (measured: trained on, they taught "go to desk 1" while standing at desk 1).
 
 With these rates a sampled demonstration averages about 2.5 skill calls with roughly 70%
 executed precisely (the paper's RL-Init: 2.55 calls/episode, 70.9% Exec. Prec.). Rates
@@ -143,6 +145,9 @@ class Demo:
     env_steps: int
     calls: list[dict] = field(default_factory=list)  # per call: role, skill, precise, error, env_steps, turn
     mistakes: list[str] = field(default_factory=list)  # injected wrong moves, in order
+    # assistant turns (0-based among assistant messages) kept as context but not trained:
+    # the injected wrong moves (a policy should see them and recover, never learn to make them)
+    untrained_turns: list[int] = field(default_factory=list)
 
     @property
     def n_turns(self) -> int:
@@ -520,6 +525,7 @@ def _play(env, executor, fmt, listing, record: GameRecord, spec: TaskSpec, rng, 
     placing_for: set[str] = set()
     second_done = False
     mistakes: list[str] = []
+    untrained: list[int] = []
     while not ep.over:
         ex = ep.expert
         phase = ex.phase()
@@ -554,6 +560,7 @@ def _play(env, executor, fmt, listing, record: GameRecord, spec: TaskSpec, rng, 
         if ep.chance(mix.mistake):
             command = _mistake(ex, ep.rng)
             mistakes.append(command)
+            untrained.append(ep.n_turns)
             ep.act(command)
             continue
         command = ex.next_command()
@@ -575,6 +582,7 @@ def _play(env, executor, fmt, listing, record: GameRecord, spec: TaskSpec, rng, 
             env_steps=ep.env_steps,
             calls=calls,
             mistakes=mistakes,
+            untrained_turns=untrained,
         ),
         None,
     )

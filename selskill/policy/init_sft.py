@@ -6,14 +6,15 @@ directory's parent, `init_manifest.json` (settings, demo statistics, loss curve,
 and finally `COMPLETED`. A second call with the same settings finds both and returns at
 once; a call with different settings refuses to overwrite unless `redo=True`.
 
-Training is TRL's `SFTTrainer` on conversational rows (`{"messages": [...]}`) in two
-phases over the same demonstrations. Phase 1 (`pretrain_epochs`) puts every token in the
+Training is TRL's `SFTTrainer` on demonstrations tokenized by the chat template
+(`sft_dataset`: input ids + a loss mask) in two phases over the same demonstrations. Phase 1 (`pretrain_epochs`) puts every token in the
 loss: a model trained from scratch sees only ~6% of the tokens as assistant tokens, too
 little signal to learn to read its context (copy "alarmclock 1" from "On the desk 1, you
 see a alarmclock 1"), and the observations are full of exactly that structure. Phase 2
-(`epochs`) is the policy SFT proper with `assistant_only_loss=True`: the ChatML template's
+(`epochs`) is the policy SFT proper on assistant tokens only: the ChatML template's
 `{% generation %}` markers put only the assistant turns (decision + `<|im_end|>`) in the
-loss; system prompt, observations and skill returns are context only. At equal compute
+loss; system prompt, observations and skill returns are context only. Injected wrong
+moves (`Demo.untrained_turns`) are context in both phases. At equal compute
 the two-phase recipe reached a held-out teacher-forced turn accuracy of 37% against 21%
 for assistant-only training (40 games per type, 6 epochs in all). bf16/fp16 and gradient
 checkpointing are off (CPU).
@@ -73,7 +74,7 @@ class InitConfig:
         metadata={"help": "first phase: epochs with every token in the loss, no system prompt (0 = skip)"},
     )
     init_epochs: float = field(
-        default=3.0, metadata={"help": "second phase: epochs on assistant tokens only"}
+        default=8.0, metadata={"help": "second phase: epochs on assistant tokens only"}
     )
     init_lr: float = field(default=4e-3, metadata={"help": "peak learning rate (AdamW, cosine, warmup)"})
     init_warmup_ratio: float = field(default=0.05, metadata={"help": "warmup share of the SFT steps"})
@@ -169,14 +170,36 @@ def demo_token_lengths(tokenizer, demos: list[Demo]) -> list[int]:
             for d in demos]  # fmt: skip
 
 
-def sft_dataset(demos: list[Demo], drop_system: bool = False):
-    """Conversational rows; `drop_system` leaves out the system prompt (phase 1: it is the
-    same in every demonstration, ~35% of the tokens, and teaches nothing about the game)."""
+def sft_dataset(demos: list[Demo], tokenizer, drop_system: bool = False, assistant_only: bool = True):
+    """Tokenized rows (`input_ids`, `assistant_masks`) that TRL's SFTTrainer trains as they are.
+
+    The mask is the chat template's assistant mask (`assistant_only`) or all ones, minus
+    every `Demo.untrained_turns` assistant turn (injected mistakes: context, not targets).
+    `drop_system` leaves out the system prompt (phase 1: it is the same in every
+    demonstration, ~25-35% of the tokens, and teaches nothing about the game).
+    """
     from datasets import Dataset
 
-    return Dataset.from_list(
-        [{"messages": [m for m in d.messages if not (drop_system and m["role"] == "system")]} for d in demos]
-    )
+    rows = []
+    for d in demos:
+        messages = [m for m in d.messages if not (drop_system and m["role"] == "system")]
+        enc = tokenizer.apply_chat_template(
+            messages, tokenize=True, return_dict=True, return_assistant_tokens_mask=True
+        )
+        ids, turn_mask = list(enc["input_ids"]), list(enc["assistant_masks"])
+        mask = list(turn_mask) if assistant_only else [1] * len(ids)
+        skip = set(d.untrained_turns)
+        turn, inside = -1, False
+        for i, bit in enumerate(turn_mask):
+            if bit and not inside:
+                turn += 1
+            inside = bool(bit)
+            if bit and turn in skip:
+                mask[i] = 0
+        if skip and turn + 1 != sum(1 for m in messages if m["role"] == "assistant"):
+            raise ValueError(f"{d.task_id}: the chat template's assistant mask does not match the turns")
+        rows.append({"input_ids": ids, "assistant_masks": mask})
+    return Dataset.from_list(rows)
 
 
 def sft_config(
@@ -192,9 +215,12 @@ def sft_config(
     report_to: str | list[str] = "none",
     progress: bool = True,
     use_cpu: bool | None = None,
-    assistant_only: bool = True,
 ):
-    """TRL SFT arguments for the CPU-friendly init training (`assistant_only=False`: every token)."""
+    """TRL SFT arguments for the CPU-friendly init training.
+
+    Which tokens carry the loss is decided by `sft_dataset`'s `assistant_masks` column (TRL
+    builds the labels from it), so TRL's own `assistant_only_loss` stays off.
+    """
     from trl import SFTConfig
 
     if use_cpu is None:
@@ -211,7 +237,7 @@ def sft_config(
         per_device_train_batch_size=batch_size,
         gradient_accumulation_steps=1,
         max_length=max_length,
-        assistant_only_loss=assistant_only,
+        assistant_only_loss=False,
         packing=False,
         # similar lengths in one batch: less padding, which is pure waste on a CPU
         train_sampling_strategy="group_by_length",
@@ -229,11 +255,13 @@ def sft_config(
     )
 
 
-def sft_train(model, tokenizer, demos: list[Demo], args, drop_system: bool = False) -> tuple[object, dict]:
+def sft_train(
+    model, tokenizer, demos: list[Demo], args, drop_system: bool = False, assistant_only: bool = True
+) -> tuple[object, dict]:
     """SFT `model` on `demos`; returns the trainer and training stats (loss curve, tokens/s)."""
     from trl import SFTTrainer
 
-    dataset = sft_dataset(demos, drop_system=drop_system)
+    dataset = sft_dataset(demos, tokenizer, drop_system=drop_system, assistant_only=assistant_only)
     trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer)
     n_tokens = sum(len(ids) for ids in trainer.train_dataset["input_ids"])
     n_trained = sum(sum(1 for x in labels if x != -100) for labels in trainer.train_dataset["labels"]) \
@@ -296,7 +324,7 @@ def build_init_policy(
     vocab_size: int = 2048,
     arch: TinyArch | None = None,
     pretrain_epochs: float = 4.0,
-    epochs: float = 3.0,
+    epochs: float = 8.0,
     lr: float = 4e-3,
     batch_size: int = 2,
     max_length: int = 4096,
@@ -393,10 +421,12 @@ def build_init_policy(
     train_stats: dict = {"pretrain": None}
     t = time.perf_counter()
     if pretrain_epochs > 0:
-        args = sft_config(work / "pretrain", epochs=pretrain_epochs, assistant_only=False, **common)
-        trainer, train_stats["pretrain"] = sft_train(model, tokenizer, kept, args, drop_system=True)
+        args = sft_config(work / "pretrain", epochs=pretrain_epochs, **common)
+        trainer, train_stats["pretrain"] = sft_train(
+            model, tokenizer, kept, args, drop_system=True, assistant_only=False
+        )
         model = trainer.model
-    args = sft_config(work / "sft", epochs=epochs, assistant_only=True, **common)
+    args = sft_config(work / "sft", epochs=epochs, **common)
     trainer, train_stats["sft"] = sft_train(model, tokenizer, kept, args)
     timings["train_seconds"] = round(time.perf_counter() - t, 1)
     phases = [p for p in (train_stats["pretrain"], train_stats["sft"]) if p]
