@@ -57,7 +57,10 @@ def test_only_assistant_tokens_carry_loss(tmp_path, demos, tokenizer):
     model = build_model(tokenizer, MICRO, seed=0)
     demo = dataclasses.replace(demos[0], untrained_turns=[])
     trainer = SFTTrainer(
-        model=model, args=_args(tmp_path), train_dataset=sft_dataset([demo], tokenizer), processing_class=tokenizer
+        model=model,
+        args=_args(tmp_path),
+        train_dataset=sft_dataset([demo], tokenizer),
+        processing_class=tokenizer,
     )
     trained, untrained = _trained_text(trainer, tokenizer)
     assert trained == "".join(m["content"] + IM_END for m in demo.messages if m["role"] == "assistant")
@@ -73,7 +76,9 @@ def test_injected_mistakes_are_context_not_targets(tmp_path, demos, tokenizer):
     marked = dataclasses.replace(demo, untrained_turns=skip)
     for assistant_only in (True, False):  # phase 2 and phase 1
         args = _args(tmp_path)
-        dataset = sft_dataset([marked], tokenizer, drop_system=not assistant_only, assistant_only=assistant_only)
+        dataset = sft_dataset(
+            [marked], tokenizer, drop_system=not assistant_only, assistant_only=assistant_only
+        )
         trainer = SFTTrainer(model=build_model(tokenizer, MICRO, seed=0), args=args, train_dataset=dataset,
                              processing_class=tokenizer)  # fmt: skip
         trained, untrained = _trained_text(trainer, tokenizer)

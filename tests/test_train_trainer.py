@@ -372,7 +372,7 @@ def test_episode_only_and_local_only_select_their_pairs(tok, tmp_path):
     assert stats["trained"] == {"local": 2} and stats["not_selected"] == {"episode": 2}
 
 
-def test_errors_name_the_missing_input_and_the_fix(tok, tmp_path):
+def test_errors_name_the_missing_input_and_the_fix(tok, tmp_path, capsys):
     from selskill.train.run import parse, run_train
 
     run, policy, cfg = parse(_argv(tmp_path))
@@ -394,6 +394,11 @@ def test_errors_name_the_missing_input_and_the_fix(tok, tmp_path):
         ValueError, match="train_window_n must be a positive number of assistant turns or 'all'"
     ):
         parse(_argv(tmp_path, "--train_window_n", "0"))
+    with pytest.raises(SystemExit):
+        parse(_argv(tmp_path, "--train_branch_pools", "entropy"))
+    assert "invalid choice: 'entropy'" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="train_max_pairs must be >= 0"):
+        parse(_argv(tmp_path, "--train_max_pairs", "-1"))
 
 
 def test_a_round_without_pairs_fails_naming_the_cause(tok, tmp_path):
