@@ -275,11 +275,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
         return args.func(args)
-    except (
-        FileNotFoundError,
-        FileExistsError,
-        ValueError,
-    ) as exc:  # bad input: say what and how to fix it, no traceback
+    # bad input: say what and how to fix it, no traceback
+    except (FileNotFoundError, FileExistsError, ValueError) as exc:
         print(f"selskill {args.command}: error: {exc}", file=sys.stderr)
         return 2
 

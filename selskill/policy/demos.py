@@ -68,6 +68,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from selskill.agent.parser import parse_turn
 from selskill.agent.transcript import after_action, after_skill, opening_messages
 from selskill.agent.turn_format import TurnFormat, render_action, render_skill_call
 from selskill.envs.alfworld import TRAJ_FILE, AlfworldEnv, GameIndex, GameRecord, find_games
@@ -144,7 +145,6 @@ class Demo:
     n_precise: int
     env_steps: int
     calls: list[dict] = field(default_factory=list)  # per call: role, skill, precise, error, env_steps, turn
-    mistakes: list[str] = field(default_factory=list)  # injected wrong moves, in order
     # assistant turns (0-based among assistant messages) kept as context but not trained:
     # the injected wrong moves (a policy should see them and recover, never learn to make them)
     untrained_turns: list[int] = field(default_factory=list)
@@ -152,6 +152,12 @@ class Demo:
     @property
     def n_turns(self) -> int:
         return sum(1 for m in self.messages if m["role"] == "assistant")
+
+    @property
+    def mistakes(self) -> list[str]:
+        """The injected wrong moves' commands, in order (read from their untrained turns)."""
+        turns = [m["content"] for m in self.messages if m["role"] == "assistant"]
+        return [parse_turn(turns[i], ()).action for i in self.untrained_turns]
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -524,7 +530,6 @@ def _play(env, executor, fmt, listing, record: GameRecord, spec: TaskSpec, rng, 
     seen_done = treat_done = False
     placing_for: set[str] = set()
     second_done = False
-    mistakes: list[str] = []
     untrained: list[int] = []
     while not ep.over:
         ex = ep.expert
@@ -558,10 +563,8 @@ def _play(env, executor, fmt, listing, record: GameRecord, spec: TaskSpec, rng, 
             ep.call(ep.rng.choice(RANDOM_MEMORY), "random_memory")
             continue
         if ep.chance(mix.mistake):
-            command = _mistake(ex, ep.rng)
-            mistakes.append(command)
             untrained.append(ep.n_turns)
-            ep.act(command)
+            ep.act(_mistake(ex, ep.rng))
             continue
         command = ex.next_command()
         if command is None:
@@ -581,7 +584,6 @@ def _play(env, executor, fmt, listing, record: GameRecord, spec: TaskSpec, rng, 
             n_precise=sum(1 for c in calls if c["precise"]),
             env_steps=ep.env_steps,
             calls=calls,
-            mistakes=mistakes,
             untrained_turns=untrained,
         ),
         None,
@@ -657,7 +659,7 @@ def demo_stats(demos: Sequence[Demo], attempted: int | None = None, dropped: Cou
         "env_steps_mean": (sum(d.env_steps for d in demos) / n) if n else 0.0,
         "env_steps_max": max((d.env_steps for d in demos), default=0),
         "turns_mean": (sum(d.n_turns for d in demos) / n) if n else 0.0,
-        "mistakes_per_demo": (sum(len(d.mistakes) for d in demos) / n) if n else 0.0,
+        "mistakes_per_demo": (sum(len(d.untrained_turns) for d in demos) / n) if n else 0.0,
         "calls_by_role": dict(sorted(by_role.items())),
         "calls_by_skill": dict(sorted(by_skill.items())),
         "failed_calls_by_error": dict(sorted(errors.items())),

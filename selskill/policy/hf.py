@@ -296,9 +296,9 @@ class HFPolicy:
         # one preallocated buffer per layer: [left pad | reused KV] now, the new chunk and every
         # generated token written in place later (no per-step concatenation of the whole cache)
         cache = DynamicCache()
+        layer_cls = _prealloc_layer_class()
         if P > 0:
             ref = next(st for _, st in reuse if st is not None)
-            layer_cls = _prealloc_layer_class()
             layers = []
             for layer in range(n_layers):
                 h, d = ref.kv[layer][0].shape[0], ref.kv[layer][0].shape[2]
@@ -320,10 +320,7 @@ class HFPolicy:
         )
         logits = out.logits[:, -1, :]
         cache = out.past_key_values
-        layer_cls = _prealloc_layer_class()
-        if not all(
-            isinstance(layer, layer_cls) for layer in cache.layers
-        ):  # fresh prompts: switch once, here
+        if not all(isinstance(layer, layer_cls) for layer in cache.layers):  # fresh prompts: switch once
             cache.layers = [layer_cls(lay.keys, lay.values, params.max_new_tokens) for lay in cache.layers]
 
         # expand to one row per sample

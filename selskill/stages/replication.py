@@ -62,19 +62,24 @@ def link_shared(runs_dir: str, main: str, variant: str, stages: tuple[str, ...])
             os.symlink(os.path.relpath(src, dst1), dst)
 
 
-def trainable_pairs(argv: list[str], overrides: dict[str, str]) -> int:
-    """How many of the main line's round-1 pairs a variant would train (before any cap)."""
+def round_1_pairs(argv: list[str]):
+    """The main line's round-1 pair table and its policy's tokenizer (read once for all variants)."""
     from transformers import AutoTokenizer
 
     from selskill.data.layout import StageDir
     from selskill.stages.common import read_stage
-    from selskill.train.pairs import build_from_config
 
-    recipe = load_recipe(argv + _args(overrides))
-    run = recipe.run
+    run = load_recipe(argv).run
     table = read_stage(StageDir.of(run.runs_dir, run.exp, 1, "label"), "pair", run.world_size)
     tok = AutoTokenizer.from_pretrained(str(round_dir(run.runs_dir, run.exp, 0) / "train" / "model"))
-    examples, _ = build_from_config(table, recipe.train, tok)
+    return table, tok
+
+
+def trainable_pairs(argv: list[str], overrides: dict[str, str], table, tok) -> int:
+    """How many of the round-1 pairs a variant would train (before any cap)."""
+    from selskill.train.pairs import build_from_config
+
+    examples, _ = build_from_config(table, load_recipe(argv + _args(overrides)).train, tok)
     return len(examples)
 
 
@@ -160,7 +165,8 @@ def run_replication(argv: list[str], ablations: bool = True) -> dict:
         run_round(load_recipe(argv + ["--round", str(r)]), argv + ["--round", str(r)])
     if ablations:
         base = argv + ["--round", "1", "--eval_splits", "valid_seen"]
-        counts = {name: trainable_pairs(base, o) for name, o in PAIR_VARIANTS.items()}
+        table, tok = round_1_pairs(base)
+        counts = {name: trainable_pairs(base, o, table, tok) for name, o in PAIR_VARIANTS.items()}
         matched = min((c for c in counts.values() if c > 0), default=0)
         print(f"round-1 pairs per ablation: {counts}; matched count: {matched}")
         for name, overrides in PAIR_VARIANTS.items():
