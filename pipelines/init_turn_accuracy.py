@@ -1,0 +1,112 @@
+"""How often an init policy reproduces its demonstrations' turns: a diagnostic for `make init`.
+
+Greedy success compounds per-turn errors, so a low success rate alone does not say whether
+the policy failed to fit its demonstrations or failed to generalise from them. This script
+rebuilds demonstrations with the init's own recorded settings (format, mix, seed), on some
+of its training games and on held-out games, and counts the assistant turns that greedy
+decoding reproduces token for token under teacher forcing (the argmax at every position of
+the turn is the demonstrated token), overall and by turn kind (`go to`, `take`, tool calls
+per skill, ...). Skill-call decisions in the demonstrations are drawn at rates below 1 by
+design (policy/demos.py), so those kinds cannot reach 100%; the manual actions can.
+
+    python pipelines/init_turn_accuracy.py --model runs/tiny/round_0/train/model \\
+        --heldout runs/games-heldout --games 30
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import re
+from collections import defaultdict
+
+
+def turn_kind(text: str) -> str:
+    if "<tool_call>" in text:
+        name = re.search(r'"name":\s*"(\w+)"', text)
+        return f"tool {name.group(1) if name else '?'}"
+    action = re.search(r"<action>(.*?)</action>", text)
+    words = action.group(1).split() if action else []
+    return " ".join(words[:2] if words[:1] == ["go"] else words[:1]) or "other"
+
+
+def turn_accuracy(model, tokenizer, demos) -> dict:
+    import torch
+
+    from selskill.policy.init_sft import sft_dataset
+
+    kinds: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for row in sft_dataset(demos, tokenizer):
+        ids, mask = row["input_ids"], row["assistant_masks"]
+        with torch.inference_mode():
+            pred = model(input_ids=torch.tensor([ids])).logits[0].argmax(-1).tolist()
+        i = 0
+        while i < len(mask):
+            if not mask[i]:
+                i += 1
+                continue
+            j = i
+            while j < len(mask) and mask[j]:
+                j += 1
+            tally = kinds[turn_kind(tokenizer.decode(ids[i:j]))]
+            tally[0] += all(pred[k - 1] == ids[k] for k in range(i, j))
+            tally[1] += 1
+            i = j
+    hit, total = sum(v[0] for v in kinds.values()), sum(v[1] for v in kinds.values())
+    return {
+        "turns": total,
+        "exact": round(hit / total, 3) if total else 0.0,
+        "by_kind": {k: f"{v[0]}/{v[1]}" for k, v in sorted(kinds.items(), key=lambda kv: -kv[1][1])},
+    }
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--model", required=True, help="an init policy directory (with init_manifest.json beside it)"
+    )
+    parser.add_argument("--heldout", required=True, help="a games root with a valid_seen split")
+    parser.add_argument("--games", type=int, default=30, help="games per side (train, held-out)")
+    args = parser.parse_args(argv)
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from selskill.agent.turn_format import TurnFormat
+    from selskill.envs.alfworld import find_games
+    from selskill.policy.demos import DemoMix, build_demos
+    from selskill.policy.init_sft import read_manifest, train_games
+
+    manifest = read_manifest(args.model)
+    if manifest is None:
+        parser.error(
+            f"{args.model}: no init_manifest.json beside it; this diagnostic reads the init's settings"
+        )
+    s = manifest["settings"]
+    kwargs = {
+        "mix": DemoMix(**s["demo_mix"]),
+        "seed": s["seed"],
+        "fmt": TurnFormat(**s["fmt"]),
+        "listing_style": s["listing_style"],
+        "max_env_steps": s["max_env_steps"],
+    }
+    tokenizer = AutoTokenizer.from_pretrained(args.model)
+    model = AutoModelForCausalLM.from_pretrained(args.model).eval()
+    trained = train_games(s["games_dir"], s["n_train_games"], s["seed"], s["game_size"])
+    random.Random(0).shuffle(trained)
+    heldout = find_games(args.heldout, splits="valid_seen").games[: args.games]
+    result = {}
+    for name, records, split in (
+        ("train", trained[: args.games], "train"),
+        ("heldout", heldout, "valid_seen"),
+    ):
+        demos = build_demos(records, split=split, **kwargs).demos
+        result[name] = {"demos": len(demos), **turn_accuracy(model, tokenizer, demos)}
+    print(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
