@@ -27,6 +27,8 @@ def _policy(model_dir: str | None, **kwargs):
 
 
 def bench_episodes(policy, index, n_episodes: int, concurrency: int, max_env_steps: int) -> dict:
+    import functools
+
     from selskill.agent.runner import EpisodeRunner, EpisodeSpec, RunnerConfig
     from selskill.agent.turn_format import TurnFormat
     from selskill.envs.alfworld import AlfworldEnv
@@ -34,7 +36,7 @@ def bench_episodes(policy, index, n_episodes: int, concurrency: int, max_env_ste
 
     runner = EpisodeRunner(
         policy,
-        lambda: AlfworldEnv(index),
+        functools.partial(AlfworldEnv, index),  # picklable: episodes may run in a child process
         load_alfworld_skills(),
         TurnFormat(style="compact", admissible_style="all"),  # recipes/tiny.yaml's format
         RunnerConfig(max_env_steps=max_env_steps, max_new_tokens=32, concurrent_episodes=concurrency),

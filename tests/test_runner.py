@@ -209,3 +209,54 @@ def test_cpu_grouped_query_attention_matches_stock_sdpa(tiny_model_dir):
     for x, y in zip(a, b, strict=True):
         assert x[0].token_ids == y[0].token_ids
         assert max(abs(u - v) for u, v in zip(x[0].logprobs, y[0].logprobs, strict=True)) < 1e-5
+
+
+def _overlap_runner(policy, index, env_cls=AlfworldEnv, overlap=True):
+    import functools
+
+    return EpisodeRunner(
+        policy,
+        functools.partial(env_cls, index),
+        load_alfworld_skills(),
+        FMT,
+        RunnerConfig(max_env_steps=6, max_new_tokens=16, concurrent_episodes=4, env_overlap=overlap),
+    )
+
+
+def test_episodes_in_a_child_process_match_the_serial_runner(policy, index):
+    """Half-batches with their environments in a child process play the same episodes."""
+    tasks = AlfworldEnv(index).task_ids()
+    specs = [EpisodeSpec(f"p{i}", tasks[i % len(tasks)], seed=20 + i) for i in range(5)]
+    overlapped = _overlap_runner(policy, index)
+    assert overlapped.overlap
+    done = []
+    try:
+        a = overlapped.run(specs, progress=done.append)
+    finally:
+        overlapped.close()
+    serial = _overlap_runner(policy, index, overlap=False)
+    assert not serial.overlap
+    b = serial.run(specs)
+    assert sum(done) == len(specs)
+    assert [r["token_ids"] for r in a] == [r["token_ids"] for r in b]
+    for x, y in zip(a, b, strict=True):
+        assert x["turns"] == y["turns"] and x["env_steps"] == y["env_steps"] and x["success"] == y["success"]
+        assert max(abs(p - q) for p, q in zip(x["logprob"], y["logprob"], strict=True)) < 1e-4
+
+
+class BrokenEnv(AlfworldEnv):
+    def step(self, command):
+        raise ZeroDivisionError("a bug in the environment adapter")
+
+
+def test_a_failure_in_the_episode_process_is_raised_with_its_cause(policy, index):
+    runner = _overlap_runner(policy, index, env_cls=BrokenEnv)
+    assert runner.overlap
+    tasks = AlfworldEnv(index).task_ids()[:2]
+    with pytest.raises(RuntimeError, match="ZeroDivisionError: a bug in the environment adapter"):
+        runner.run([EpisodeSpec(f"x{i}", t, seed=i) for i, t in enumerate(tasks)])
+    assert runner._host is None  # closed; the next run starts a clean one
+
+
+def test_unpicklable_env_factory_plays_in_process(policy, index):
+    assert not _runner(policy, index, concurrent_episodes=4).overlap

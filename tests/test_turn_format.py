@@ -125,3 +125,23 @@ def test_role_messages():
     turn = render_action("look")
     assert fmt.assistant_message(turn) == {"role": "assistant", "content": turn}
     assert TurnFormat().thinks and not fmt.thinks
+
+
+def test_task_reminder_repeats_the_task_after_every_observation():
+    from selskill.agent.transcript import after_action, after_malformed, after_skill
+    from selskill.envs.base import EnvState
+
+    state = EnvState("You arrive at desk 1.", ["go to bed 1", "look"], "put a mug in desk 1.")
+    plain = TurnFormat(style="compact")
+    reminded = TurnFormat(style="compact", task_reminder=True)
+    assert "Your task is to" not in after_action(plain, state)["content"]
+    for message in (
+        after_action(reminded, state),
+        after_malformed(reminded, state),
+        after_skill(reminded, "ok", state),
+    ):
+        lines = message["content"].split("\n")
+        assert lines[-2:] == [
+            "Your task is to: put a mug in desk 1.",
+            "Admissible commands: go to bed 1; look",
+        ]

@@ -46,6 +46,9 @@ class RunnerConfig:
     top_p: float = 1.0
     concurrent_episodes: int = 32
     listing_style: str = "compact"
+    # play episodes in a child process, half a batch at a time, so the environments step
+    # while the policy generates (EpisodeRunner); needs a picklable env factory
+    env_overlap: bool = True
 
 
 @dataclass
@@ -105,47 +108,69 @@ def turn_seed(seed: int, turn: int) -> int:
     return (int(seed) * 1_000_003 + turn * 7919) % (2**62)
 
 
-class EpisodeRunner:
-    def __init__(
-        self,
-        policy: Policy,
-        env_factory: Callable[[], Env],
-        library: SkillLibrary,
-        fmt: TurnFormat,
-        config: RunnerConfig,
-        chat_template_kwargs: dict | None = None,
-        skill_text: str | None = None,
-    ):
-        """`skill_text` replaces the rendered listing in the system prompt (eval modes)."""
-        self.policy = policy
+class EpisodeHost:
+    """Everything of an episode but the policy: environments, skill calls, transcript, records.
+
+    It holds groups of live episodes; `advance(group, ...)` applies one turn's generations
+    to a group, retires the episodes that ended, refills the group from the pending specs and
+    returns the group's next requests. It runs in the runner's process or, to overlap the
+    environment's pure-Python work with the policy's forward passes, in a process of its
+    own (`ProcessHost`): the same object either way, driven in the same order.
+    """
+
+    def __init__(self, env_factory, library, fmt, config, tokenizer, chat_template_kwargs, listing):
         self.env_factory = env_factory
         self.library = library
         self.executor = SkillExecutor(library)
         self.fmt = fmt
         self.config = config
-        self.chat = ChatTokens(policy.tokenizer, chat_template_kwargs)
-        self.listing = (
-            skill_text if skill_text is not None else render_listing(library, style=config.listing_style)
-        )
-        self._envs: list[Env] = []
-        self._free: list[Env] = []
+        self.chat = ChatTokens(tokenizer, chat_template_kwargs)
+        self.listing = listing
+        self._free: list[Env] = []  # each engine loads its own libdownward copy: engines are reused
+        self._pending: deque[EpisodeSpec] = deque()
+        self._groups: dict[int, list[_Episode]] = {}
 
-    # -- env pool: each engine loads its own libdownward copy, so engines are reused ---------
+    def load(self, specs: Sequence[EpisodeSpec]) -> None:
+        self._pending.extend(specs)
 
-    def _acquire_env(self) -> Env:
-        if not self._free:
-            env = self.env_factory()
-            self._envs.append(env)
-            return env
-        return self._free.pop()
+    def advance(self, group: int, capacity: int, generations=None) -> tuple[list[tuple], dict[str, dict]]:
+        """Apply `generations` (one per live episode of `group`, in order), retire, refill.
 
-    def _release_env(self, env: Env) -> None:
-        self._free.append(env)
+        Returns the group's next requests as (prompt_ids, seed, cache_key, cache_from) and the
+        rows of the episodes that ended, by episode id.
+        """
+        episodes = self._groups.setdefault(group, [])
+        done: dict[str, dict] = {}
+        if generations is not None:
+            still = []
+            for ep, gen in zip(episodes, generations, strict=True):
+                self._apply(ep, gen)
+                if ep.termination:
+                    done[ep.spec.episode_id] = self._finish(ep)
+                else:
+                    still.append(ep)
+            episodes[:] = still
+        while self._pending and len(episodes) < capacity:
+            ep = self._start(self._pending.popleft())
+            if ep.termination:
+                done[ep.spec.episode_id] = self._finish(ep)
+            else:
+                episodes.append(ep)
+        requests = [
+            (
+                ep.ids + ep.forced_ids,
+                turn_seed(ep.spec.seed, len(ep.turns)),
+                ep.spec.episode_id,
+                ep.spec.fork.cache_from if ep.spec.fork else None,
+            )
+            for ep in episodes
+        ]
+        return requests, done
 
     # -- episode lifecycle ---------------------------------------------------------------
 
     def _start(self, spec: EpisodeSpec) -> _Episode:
-        env = self._acquire_env()
+        env = self._free.pop() if self._free else self.env_factory()
         ep = _Episode(spec, env, [], [], [], [], [], [], [])
         try:
             if spec.fork is None:
@@ -167,58 +192,6 @@ class EpisodeRunner:
         except EnvError as exc:
             ep.termination, ep.error = "error", str(exc)
         return ep
-
-    def run(self, specs: Sequence[EpisodeSpec], progress: Callable[[int], None] | None = None) -> list[dict]:
-        """Run every spec to its end; returns one row dict per spec, in spec order."""
-        pending = deque(specs)
-        active: list[_Episode] = []
-        finished: dict[str, dict] = {}
-        params = SamplingParams(
-            self.config.temperature,
-            self.config.top_p,
-            self.config.max_new_tokens,
-            (self.chat.end_of_turn_id,),
-        )
-        self._prefill_fork_prefixes(specs)
-        while pending or active:
-            while pending and len(active) < self.config.concurrent_episodes:
-                ep = self._start(pending.popleft())
-                if ep.termination:
-                    self._finish(ep, finished, progress)
-                else:
-                    active.append(ep)
-            if not active:
-                continue
-            requests = [
-                GenerationRequest(
-                    ep.ids + ep.forced_ids,
-                    seed=turn_seed(ep.spec.seed, len(ep.turns)),
-                    cache_key=ep.spec.episode_id,
-                    cache_from=ep.spec.fork.cache_from if ep.spec.fork else None,
-                )
-                for ep in active
-            ]
-            generations = self.policy.generate(requests, params)
-            still = []
-            for ep, gens in zip(active, generations, strict=True):
-                self._apply(ep, gens[0])
-                if ep.termination:
-                    self._finish(ep, finished, progress)
-                else:
-                    still.append(ep)
-            active = still
-        return [finished[s.episode_id] for s in specs]
-
-    def _prefill_fork_prefixes(self, specs: Sequence[EpisodeSpec]) -> None:
-        prefill = getattr(self.policy, "prefill", None)
-        if prefill is None:
-            return
-        seen = set()
-        for s in specs:
-            f = s.fork
-            if f is not None and f.cache_from and f.cache_from not in seen:
-                seen.add(f.cache_from)
-                prefill(f.token_ids, cache_key=f.cache_from)
 
     def _apply(self, ep: _Episode, gen) -> None:
         cfg = self.config
@@ -291,11 +264,203 @@ class EpisodeRunner:
             return
         ep.extend(segment, role, index)
 
-    def _finish(self, ep: _Episode, finished: dict, progress) -> None:
-        self._release_env(ep.env)
-        finished[ep.spec.episode_id] = episode_row(ep)
-        if progress is not None:
-            progress(1)
+    def _finish(self, ep: _Episode) -> dict:
+        self._free.append(ep.env)
+        return episode_row(ep)
+
+
+class ProcessHost:
+    """An `EpisodeHost` in a child process; calls are queued and answered in order."""
+
+    def __init__(self, host_args: tuple):
+        import multiprocessing as mp
+
+        ctx = mp.get_context("spawn")  # no fork of a process that holds torch threads
+        self._conn, child = ctx.Pipe()
+        self._proc = ctx.Process(
+            target=_serve_host, args=(child, host_args), daemon=True, name="selskill-episodes"
+        )
+        self._proc.start()
+        child.close()
+
+    def submit(self, method: str, *args) -> None:
+        self._conn.send((method, args))
+
+    def result(self):
+        try:
+            status, value = self._conn.recv()
+        except (EOFError, ConnectionError) as exc:
+            raise RuntimeError(
+                f"the episode host process died (exit code {self._proc.exitcode}); rerun the stage, "
+                "or set env_overlap: false to play episodes in this process"
+            ) from exc
+        if status == "error":
+            raise RuntimeError(f"the episode host process failed:\n{value}")
+        return value
+
+    def close(self) -> None:
+        if self._proc.is_alive():
+            try:
+                self._conn.send(None)
+            except (BrokenPipeError, OSError):
+                pass
+            self._proc.join(timeout=10)
+            if self._proc.is_alive():
+                self._proc.terminate()
+        self._conn.close()
+
+
+class _LocalHost:
+    """The same call interface as `ProcessHost`, answered at once in this process."""
+
+    def __init__(self, host: EpisodeHost):
+        self.host = host
+        self._answers: deque = deque()
+
+    def submit(self, method: str, *args) -> None:
+        self._answers.append(getattr(self.host, method)(*args))
+
+    def result(self):
+        return self._answers.popleft()
+
+    def close(self) -> None:
+        pass
+
+
+def _serve_host(conn, host_args: tuple) -> None:
+    import traceback
+
+    host = EpisodeHost(*host_args)
+    while True:
+        try:
+            message = conn.recv()
+        except EOFError:
+            return
+        if message is None:
+            return
+        method, args = message
+        try:
+            conn.send(("ok", getattr(host, method)(*args)))
+        except Exception:
+            conn.send(("error", traceback.format_exc()))
+
+
+def _picklable(obj) -> bool:
+    import pickle
+
+    try:
+        pickle.dumps(obj)
+    except Exception:
+        return False
+    return True
+
+
+class EpisodeRunner:
+    def __init__(
+        self,
+        policy: Policy,
+        env_factory: Callable[[], Env],
+        library: SkillLibrary,
+        fmt: TurnFormat,
+        config: RunnerConfig,
+        chat_template_kwargs: dict | None = None,
+        skill_text: str | None = None,
+    ):
+        """`skill_text` replaces the rendered listing in the system prompt (eval modes).
+
+        With `config.env_overlap` and a picklable `env_factory` (e.g. a `functools.partial`),
+        episodes are played by an `EpisodeHost` in a child process in two half-batches: the
+        policy generates one half's turn while the child steps the other half's environments.
+        """
+        self.policy = policy
+        self.config = config
+        listing = (
+            skill_text if skill_text is not None else render_listing(library, style=config.listing_style)
+        )
+        self._host_args = (env_factory, library, fmt, config, policy.tokenizer, chat_template_kwargs, listing)
+        self.end_of_turn_id = ChatTokens(policy.tokenizer, chat_template_kwargs).end_of_turn_id
+        self.overlap = config.env_overlap and config.concurrent_episodes >= 2 and _picklable(self._host_args)
+        self._host = None
+
+    def _get_host(self):
+        if self._host is None:
+            self._host = (
+                ProcessHost(self._host_args) if self.overlap else _LocalHost(EpisodeHost(*self._host_args))
+            )
+        return self._host
+
+    def close(self) -> None:
+        """Stop the episode host process (if any); a later `run` starts a new one."""
+        if self._host is not None:
+            self._host.close()
+            self._host = None
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def run(self, specs: Sequence[EpisodeSpec], progress: Callable[[int], None] | None = None) -> list[dict]:
+        """Run every spec to its end; returns one row dict per spec, in spec order."""
+        params = SamplingParams(
+            self.config.temperature, self.config.top_p, self.config.max_new_tokens, (self.end_of_turn_id,)
+        )
+        self._prefill_fork_prefixes(specs)
+        host = self._get_host()
+        groups = 2 if self.overlap else 1
+        total = self.config.concurrent_episodes
+        capacity = [total // groups + (1 if g < total % groups else 0) for g in range(groups)]
+        finished: dict[str, dict] = {}
+        requests: dict[int, list | None] = {}
+
+        def collect(g: int) -> None:
+            reqs, done = host.result()
+            requests[g] = reqs
+            finished.update(done)
+            if progress is not None and done:
+                progress(len(done))
+
+        try:
+            host.submit("load", list(specs))
+            host.result()
+            for g in range(groups):
+                host.submit("advance", g, capacity[g], None)
+                collect(g)
+            in_flight, g = None, 0
+            while True:
+                if in_flight is not None and (in_flight == g or not requests[g]):
+                    collect(in_flight)
+                    in_flight = None
+                if not requests[g]:
+                    if in_flight is None and not any(requests.values()):
+                        break
+                    g = (g + 1) % groups
+                    continue
+                batch = [
+                    GenerationRequest(ids, seed=seed, cache_key=key, cache_from=cache_from)
+                    for ids, seed, key, cache_from in requests[g]
+                ]
+                generations = [gens[0] for gens in self.policy.generate(batch, params)]
+                if in_flight is not None:  # the other half's environments stepped meanwhile
+                    collect(in_flight)
+                host.submit("advance", g, capacity[g], generations)
+                requests[g], in_flight, g = None, g, (g + 1) % groups
+        except BaseException:
+            self.close()  # a half-played batch must not leak into the next run
+            raise
+        return [finished[s.episode_id] for s in specs]
+
+    def _prefill_fork_prefixes(self, specs: Sequence[EpisodeSpec]) -> None:
+        prefill = getattr(self.policy, "prefill", None)
+        if prefill is None:
+            return
+        seen = set()
+        for s in specs:
+            f = s.fork
+            if f is not None and f.cache_from and f.cache_from not in seen:
+                seen.add(f.cache_from)
+                prefill(f.token_ids, cache_key=f.cache_from)
 
 
 def episode_row(ep: _Episode) -> dict:

@@ -24,20 +24,28 @@ def opening_messages(fmt: TurnFormat, listing: str, state: EnvState) -> list[dic
     ]
 
 
+def _reminder(fmt: TurnFormat, state: EnvState) -> str | None:
+    return state.task if fmt.task_reminder else None
+
+
 def after_action(fmt: TurnFormat, state: EnvState) -> dict:
-    return fmt.observation_message(state.observation, state.admissible_commands)
+    return fmt.observation_message(state.observation, state.admissible_commands, task=_reminder(fmt, state))
 
 
 def after_skill(fmt: TurnFormat, skill_output: str, state: EnvState) -> dict:
     """A skill's return (memory text, or what its actions did) plus where the agent now stands."""
     return fmt.skill_return_message(
-        fmt.observation_text(skill_output or "(no output)", state.admissible_commands)
+        fmt.observation_text(
+            skill_output or "(no output)", state.admissible_commands, task=_reminder(fmt, state)
+        )
     )
 
 
 def after_malformed(fmt: TurnFormat, state: EnvState) -> dict:
     """A malformed turn is answered as an invalid command is."""
-    return fmt.observation_message(INVALID_TURN_FEEDBACK, state.admissible_commands)
+    return fmt.observation_message(
+        INVALID_TURN_FEEDBACK, state.admissible_commands, task=_reminder(fmt, state)
+    )
 
 
 def env_commands_of_turn(turn: dict) -> list[str]:

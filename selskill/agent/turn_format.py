@@ -180,6 +180,10 @@ class TurnFormat:
     # skills at all; "context": skill bodies as plain text, no tool (Appendix D baselines).
     skills_section: str = "listed"
     instruction: str = ""  # extra system-prompt paragraph (the conservative-prompt baseline)
+    # repeat "Your task is to: ..." after every observation, not only the first: a small policy
+    # then matches the task's object against what it sees within one message instead of
+    # attending back to the opening (large models do not need it)
+    task_reminder: bool = False
 
     def __post_init__(self) -> None:
         if self.skills_section not in SKILLS_SECTIONS:

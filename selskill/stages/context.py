@@ -7,6 +7,7 @@ those knobs live in one `RolloutConfig` and one `make_runner`.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 from selskill.agent.eval_modes import prompt_setup
@@ -53,6 +54,9 @@ class RolloutConfig:
     turn_show_admissible: bool = field(
         default=True, metadata={"help": "append admissible commands to observations"}
     )
+    turn_task_reminder: bool = field(
+        default=False, metadata={"help": "repeat the task after every observation (small policies)"}
+    )
     listing_style: str = field(default="compact", metadata={"help": "skill listing style: compact | full"})
     max_env_steps: int = field(default=50, metadata={"help": "environment-step budget of an episode"})
     max_turns: int = field(default=80, metadata={"help": "turn budget (memory skill calls take no env step)"})
@@ -73,6 +77,7 @@ class RolloutConfig:
             style=self.turn_style,
             show_admissible_commands=self.turn_show_admissible,
             admissible_style=self.turn_admissible,
+            task_reminder=self.turn_task_reminder,
         )
 
     def runner_config(self, temperature: float, top_p: float = 1.0) -> RunnerConfig:
@@ -151,7 +156,7 @@ def make_runner(
     setup = prompt_setup(mode, load_alfworld_skills(), rollout.turn_format(), rollout.listing_style)
     return EpisodeRunner(
         policy,
-        lambda: AlfworldEnv(index),
+        functools.partial(AlfworldEnv, index),  # picklable: episodes may run in a child process
         setup.library,
         setup.fmt,
         rollout.runner_config(temperature, top_p),
