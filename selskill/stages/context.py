@@ -68,6 +68,13 @@ class RolloutConfig:
         default=32, metadata={"help": "episodes played at once (one batch per turn)"}
     )
     policy_batch_size: int = field(default=32, metadata={"help": "rows per forward pass of the hf backend"})
+    env_overlap: bool = field(
+        default=True,
+        metadata={
+            "help": "play episodes in a child process, half a batch at a time, so environments step while "
+            "the policy generates (false: everything in this process)"
+        },
+    )
     enable_thinking: bool = field(
         default=False, metadata={"help": "chat_template_kwargs enable_thinking (Qwen3)"}
     )
@@ -90,6 +97,7 @@ class RolloutConfig:
             top_p=top_p,
             concurrent_episodes=self.concurrent_episodes,
             listing_style=self.listing_style,
+            env_overlap=self.env_overlap,
         )
 
 
