@@ -171,7 +171,7 @@ class HFPolicy:
         max_cached_sequences: int = 256,
         entropy_chunk_rows: int = 8,
         exact_entropy: bool = True,
-        ragged_prefill: bool = True,
+        ragged_prefill: bool | None = None,
         model=None,
         tokenizer=None,
     ):
@@ -201,7 +201,9 @@ class HFPolicy:
         self.batch_size = batch_size
         self.entropy_chunk_rows = entropy_chunk_rows
         self.exact_entropy = exact_entropy  # False only to measure what the entropy costs (bench)
-        self.ragged_prefill = ragged_prefill  # False only to measure what it saves (bench)
+        # per-row prefill pays on a CPU, where prefill is compute-bound and padding is pure waste;
+        # on a GPU one padded batch keeps the device busy (None = on for CPU only)
+        self.ragged_prefill = self.device.type == "cpu" if ragged_prefill is None else ragged_prefill
         self.max_cached_sequences = max_cached_sequences
         self._cache: OrderedDict[str, _Stored] = OrderedDict()
         self._stats = ThroughputStats()
