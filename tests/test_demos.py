@@ -20,10 +20,13 @@ from selskill.policy.demos import (
     tokenizer_corpus,
 )
 from selskill.skills import SkillExecutor, load_alfworld_skills, render_listing
+from selskill.skills.executor import natural_key
 
 # every decision point fires (a random memory call on every turn would never end: off)
 ALL_ON = dataclasses.replace(
-    DemoMix(**{f.name: 1.0 for f in dataclasses.fields(DemoMix)}), random_memory=0.0, mistake=0.0
+    DemoMix(**{f.name: 1.0 for f in dataclasses.fields(DemoMix) if f.name != "search"}),
+    random_memory=0.0,
+    mistake=0.0,
 )
 
 
@@ -192,6 +195,21 @@ def test_expert_explores_in_a_plausible_order():
     assert order.index("fridge 1") < order.index("toilet 1")  # where potatoes usually are first
     lamp = search_order(["desk 1", "bed 1", "sidetable 1", "drawer 1"], "desklamp")
     assert lamp[:2] == ["sidetable 1", "desk 1"]  # examine_with_light's order
+
+
+def test_sweep_search_visits_every_receptacle_in_name_order(small_games):
+    receptacles = ["toilet 1", "cabinet 2", "fridge 1", "countertop 1", "cabinet 1"]
+    order = search_order(receptacles, "potato", exclude_type="countertop", style="sweep")
+    assert order == ["cabinet 1", "cabinet 2", "fridge 1", "toilet 1"]
+    report = build_demos(small_games, seed=0, mix=dataclasses.replace(DemoMix.none(), search="sweep"))
+    assert len(report.demos) == 6, report.dropped
+    for demo in report.demos:
+        actions = [parse_turn(m["content"], ()).action for m in demo.messages if m["role"] == "assistant"]
+        first_take = next(i for i, a in enumerate(actions) if a.startswith("take "))
+        searched = [a[len("go to ") :] for a in actions[:first_take] if a.startswith("go to ")]
+        assert searched == sorted(searched, key=natural_key), (demo.task_id, searched)
+    with pytest.raises(ValueError, match="DemoMix.search"):
+        DemoMix(search="random")
 
 
 def test_tokenizer_corpus_covers_prompt_skills_and_decisions(report):

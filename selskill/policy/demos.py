@@ -107,6 +107,9 @@ ROLES = ("opening", "premature", "repeat", "after_failure", "useful", "place_mem
          "second_memory", "random_memory")  # fmt: skip
 
 
+SEARCH_ORDERS = ("prior", "sweep")
+
+
 @dataclass(frozen=True)
 class DemoMix:
     """Rates at which skill calls are mixed into the expert's play (module docstring)."""
@@ -122,16 +125,21 @@ class DemoMix:
     second_memory: float = 0.6
     random_memory: float = 0.03
     mistake: float = 0.1
+    # how the expert orders receptacles when it searches (`search_order`): "prior" visits the
+    # places where the object usually is first; "sweep" visits every receptacle in name order
+    search: str = "prior"
 
     def __post_init__(self):
+        if self.search not in SEARCH_ORDERS:
+            raise ValueError(f"DemoMix.search must be one of {', '.join(SEARCH_ORDERS)}, got {self.search!r}")
         for name, value in asdict(self).items():
-            if not 0.0 <= value <= 1.0:
+            if name != "search" and not 0.0 <= value <= 1.0:
                 raise ValueError(f"DemoMix.{name} must be in [0, 1], got {value}")
 
     @classmethod
     def none(cls) -> DemoMix:
         """The bare expert: no skill calls at all."""
-        return cls(**{k: 0.0 for k in asdict(cls())})
+        return cls(**{k: 0.0 for k, v in asdict(cls()).items() if k != "search"})
 
 
 @dataclass
@@ -244,9 +252,19 @@ _PRIOR: dict | None = None
 _HOLD: dict | None = None
 
 
-def search_order(receptacles: Sequence[str], obj: str, exclude_type: str = "") -> list[str]:
-    """The order the expert visits receptacles in when looking for an object of type `obj`."""
+def search_order(
+    receptacles: Sequence[str], obj: str, exclude_type: str = "", style: str = "prior"
+) -> list[str]:
+    """The order the expert visits receptacles in when looking for an object of type `obj`.
+
+    "prior": likely receptacle types first (alfworld's placement statistics), then by name;
+    "sweep": every receptacle by name, whatever the object, so that the next place to look
+    is a rule a small policy can read off the admissible commands (the one after where it
+    stands) instead of a table of object-receptacle statistics it must memorise.
+    """
     global _PRIOR, _HOLD
+    if style == "sweep":
+        return sorted((r for r in receptacles if _type_of(r) != exclude_type), key=natural_key)
     if _PRIOR is None:
         _PRIOR, _HOLD = _prior_by_object(), _can_hold()
     if obj == LAMP:
@@ -274,7 +292,7 @@ def search_order(receptacles: Sequence[str], obj: str, exclude_type: str = "") -
 class Expert:
     """Plays a task from what the observations say; `next_command()` is its next manual step."""
 
-    def __init__(self, spec: TaskSpec, first: EnvState):
+    def __init__(self, spec: TaskSpec, first: EnvState, search: str = "prior"):
         self.spec = spec
         match = _ROOM_RE.search(first.observation)
         self.receptacles: list[str] = _names(match.group(1)) if match else []
@@ -289,8 +307,8 @@ class Expert:
         self.parent: str | None = None  # the parent instance everything goes to
         self.admissible: list[str] = list(first.admissible_commands)
         self.won = False
-        self.order = search_order(self.receptacles, spec.obj, exclude_type=spec.parent)
-        self.lamp_order = search_order(self.receptacles, LAMP)
+        self.order = search_order(self.receptacles, spec.obj, exclude_type=spec.parent, style=search)
+        self.lamp_order = search_order(self.receptacles, LAMP, style=search)
 
     # --- reading feedback -------------------------------------------------------------
     def _read(self, command: str, observation: str) -> None:
@@ -429,7 +447,7 @@ class _Episode:
         self.max_env_steps = max_env_steps
         self.state = env.reset(record.task_id)
         self.messages = opening_messages(fmt, listing, self.state)
-        self.expert = Expert(spec, self.state)
+        self.expert = Expert(spec, self.state, search=mix.search)
         self.env_steps = 0
         self.calls: list[dict] = []
 

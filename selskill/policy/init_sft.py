@@ -98,6 +98,12 @@ class InitConfig:
     init_demo_second_memory: float = field(default=DemoMix.second_memory, metadata={"help": "see DemoMix"})
     init_demo_random_memory: float = field(default=DemoMix.random_memory, metadata={"help": "see DemoMix"})
     init_demo_mistake: float = field(default=DemoMix.mistake, metadata={"help": "see DemoMix"})
+    init_demo_search: str = field(
+        default=DemoMix.search,
+        metadata={
+            "help": "expert search order: prior (likely places first) | sweep (every receptacle by name)"
+        },
+    )
 
     def demo_mix(self) -> DemoMix:
         prefix = "init_demo_"
