@@ -44,10 +44,11 @@ def bench_episodes(policy, index, n_episodes: int, concurrency: int, max_env_ste
     tasks = [g.task_id for g in index.games]
     specs = [EpisodeSpec(f"b{i}", tasks[i % len(tasks)], seed=i) for i in range(n_episodes)]
     policy.clear_cache()
-    before = policy.stats().generated_tokens
+    before, policy_before = policy.stats().generated_tokens, policy.stats().seconds
     t0 = time.perf_counter()
     rows = runner.run(specs)
     dt = time.perf_counter() - t0
+    runner.close()
     gen = policy.stats().generated_tokens - before
     return {
         "concurrency": concurrency,
@@ -55,6 +56,10 @@ def bench_episodes(policy, index, n_episodes: int, concurrency: int, max_env_ste
         "seconds": round(dt, 2),
         "episodes_per_s": round(n_episodes / dt, 3),
         "generated_tokens_per_s": round(gen / dt, 1),
+        # time inside the policy; the rest is the environment and the runner (or, with the
+        # episode process, the part of the environment's time the policy did not hide)
+        "policy_seconds": round(policy.stats().seconds - policy_before, 2),
+        "episode_process": runner.overlap,
         "turns": sum(r["n_turns"] for r in rows),
     }
 
