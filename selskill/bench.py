@@ -26,7 +26,9 @@ def _policy(model_dir: str | None, **kwargs):
     return HFPolicy("random-tiny", model=build_model(tok), tokenizer=tok, **kwargs), "random-tiny (untrained)"
 
 
-def bench_episodes(policy, index, n_episodes: int, concurrency: int, max_env_steps: int) -> dict:
+def bench_episodes(
+    policy, index, n_episodes: int, concurrency: int, max_env_steps: int, env_overlap: bool = True
+) -> dict:
     import functools
 
     from selskill.agent.runner import EpisodeRunner, EpisodeSpec, RunnerConfig
@@ -39,7 +41,12 @@ def bench_episodes(policy, index, n_episodes: int, concurrency: int, max_env_ste
         functools.partial(AlfworldEnv, index),  # picklable: episodes may run in a child process
         load_alfworld_skills(),
         TurnFormat(style="compact", admissible_style="all"),  # recipes/tiny.yaml's format
-        RunnerConfig(max_env_steps=max_env_steps, max_new_tokens=32, concurrent_episodes=concurrency),
+        RunnerConfig(
+            max_env_steps=max_env_steps,
+            max_new_tokens=32,
+            concurrent_episodes=concurrency,
+            env_overlap=env_overlap,
+        ),
     )
     tasks = [g.task_id for g in index.games]
     specs = [EpisodeSpec(f"b{i}", tasks[i % len(tasks)], seed=i) for i in range(n_episodes)]
@@ -60,6 +67,7 @@ def bench_episodes(policy, index, n_episodes: int, concurrency: int, max_env_ste
         # episode process, the part of the environment's time the policy did not hide)
         "policy_seconds": round(policy.stats().seconds - policy_before, 2),
         "episode_process": runner.overlap,
+        "ragged_prefill": policy.ragged_prefill,
         "turns": sum(r["n_turns"] for r in rows),
     }
 
@@ -150,6 +158,14 @@ def bench_rollout(
     result["batched_speedup"] = {
         str(e["concurrency"]): round(e["episodes_per_s"] / seq, 2) for e in result["episodes"]
     }
+    # what each of the two CPU measures buys at 32 concurrent: one switched off at a time
+    result["ablations_32"] = {
+        "no_episode_process": bench_episodes(policy, index, episodes, 32, max_env_steps, env_overlap=False)
+    }
+    ragged = policy.ragged_prefill
+    policy.ragged_prefill = False
+    result["ablations_32"]["padded_prefill"] = bench_episodes(policy, index, episodes, 32, max_env_steps)
+    policy.ragged_prefill = ragged
     result["forks"] = bench_forks(policy)
     result["entropy"] = bench_entropy(model_dir)
     return result

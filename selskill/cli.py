@@ -253,7 +253,8 @@ def build_parser() -> argparse.ArgumentParser:
     b = bsub.add_parser(
         "rollout",
         help="episodes/s at 1 vs 16 vs 32 concurrent episodes, fork prefix reuse, cost of exact entropy",
-        description="Plays the same episodes one at a time and 16 / 32 at once, forks K=4 continuations from an "
+        description="Plays the same episodes one at a time and 16 / 32 at once (and 32 at once with the episode "
+        "process off, then with padded instead of ragged prefill), forks K=4 continuations from an "
         "800-token prefix with and without prefix KV reuse, and times generation with and without exact "
         "full-vocabulary entropy. Uses --model (e.g. runs/tiny/round_0/train/model) or an untrained tiny model.",
     )
