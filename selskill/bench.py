@@ -33,9 +33,10 @@ def bench_episodes(
 
     from selskill.agent.runner import EpisodeRunner, EpisodeSpec, RunnerConfig
     from selskill.agent.turn_format import TurnFormat
-    from selskill.envs.alfworld import AlfworldEnv
+    from selskill.envs.alfworld import AlfworldEnv, clear_engine_caches
     from selskill.skills import load_alfworld_skills
 
+    clear_engine_caches()  # every setting starts as a fresh stage process (or episode child) does
     runner = EpisodeRunner(
         policy,
         functools.partial(AlfworldEnv, index),  # picklable: episodes may run in a child process

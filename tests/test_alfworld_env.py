@@ -5,7 +5,7 @@ import shutil
 
 import pytest
 
-from selskill.envs.alfworld import AlfworldEnv, find_games
+from selskill.envs.alfworld import AlfworldEnv, clear_engine_caches, find_games
 from selskill.envs.base import Env, EnvError
 from selskill.envs.verify import verify_games
 
@@ -158,6 +158,10 @@ def test_engine_caches_change_nothing(small_games, monkeypatch):
     assert getattr(textgen._parse_and_convert, "_selskill_cached", False)
     assert getattr(logic.fast_downward.pddl2sas, "_selskill_cached", False)
     assert getattr(textgen.copy_context, "_selskill_cached", False)
+    assert logic.fast_downward.pddl2sas.cache and textgen._parse_and_convert.cache
+    clear_engine_caches()  # what the rollout benchmark does between settings
+    assert not logic.fast_downward.pddl2sas.cache and not textgen._parse_and_convert.cache
+    assert trace(small_games) == cached
     import selskill.envs.alfworld as adapter
 
     monkeypatch.setattr(adapter, "install_grammar_parse_cache", lambda: None)

@@ -181,6 +181,7 @@ def install_grammar_parse_cache() -> None:
 
     cached._selskill_cached = True
     cached._original = original
+    cached.cache = cache
     textgen._parse_and_convert = cached
 
 
@@ -222,7 +223,22 @@ def install_translation_cache() -> None:
 
     cached._selskill_cached = True
     cached._original = original
+    cached.cache = cache
     fd.pddl2sas = cached
+
+
+def clear_engine_caches() -> None:
+    """Empty the memoised parses and translations of this process.
+
+    A stage (or an episode child process) starts with them empty; a benchmark that plays
+    several settings in one process empties them between settings so that none is timed
+    with the caches an earlier setting filled.
+    """
+    from textworld.envs.pddl import logic, textgen
+
+    for fn in (textgen._parse_and_convert, logic.fast_downward.pddl2sas):
+        if getattr(fn, "_selskill_cached", False):
+            fn.cache.clear()
 
 
 def install_context_copy() -> None:
