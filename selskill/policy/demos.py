@@ -139,7 +139,7 @@ class DemoMix:
     @classmethod
     def none(cls) -> DemoMix:
         """The bare expert: no skill calls at all."""
-        return cls(**{k: 0.0 for k, v in asdict(cls()).items() if k != "search"})
+        return cls(**{k: 0.0 for k in asdict(cls()) if k != "search"})
 
 
 @dataclass

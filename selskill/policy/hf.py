@@ -289,7 +289,6 @@ class HFPolicy:
     def _generate_batch(
         self, requests: list[GenerationRequest], params: SamplingParams
     ) -> list[list[Generation]]:
-
         t0 = time.perf_counter()
         dev = self.device
         reuse = [self._lookup(r) for r in requests]
