@@ -18,16 +18,17 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import re
 from collections import defaultdict
 
 
-def turn_kind(text: str) -> str:
-    if "<tool_call>" in text:
-        name = re.search(r'"name":\s*"(\w+)"', text)
-        return f"tool {name.group(1) if name else '?'}"
-    action = re.search(r"<action>(.*?)</action>", text)
-    words = action.group(1).split() if action else []
+def turn_kind(text: str, skill_names) -> str:
+    """`go to`, `take`, ... for an action; `tool <name>` for a skill call (as the runner parses it)."""
+    from selskill.agent.parser import parse_turn
+
+    turn = parse_turn(text, skill_names)
+    if turn.skill:  # also an unknown skill's name: kinds show what the policy writes
+        return f"tool {turn.skill}"
+    words = (turn.action or "").split()
     return " ".join(words[:2] if words[:1] == ["go"] else words[:1]) or "other"
 
 
@@ -35,7 +36,9 @@ def turn_accuracy(model, tokenizer, demos) -> dict:
     import torch
 
     from selskill.policy.init_sft import sft_dataset
+    from selskill.skills import load_alfworld_skills
 
+    skill_names = load_alfworld_skills().names
     kinds: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     for row in sft_dataset(demos, tokenizer):
         ids, mask = row["input_ids"], row["assistant_masks"]
@@ -49,7 +52,7 @@ def turn_accuracy(model, tokenizer, demos) -> dict:
             j = i
             while j < len(mask) and mask[j]:
                 j += 1
-            tally = kinds[turn_kind(tokenizer.decode(ids[i:j]))]
+            tally = kinds[turn_kind(tokenizer.decode(ids[i:j]), skill_names)]
             tally[0] += all(pred[k - 1] == ids[k] for k in range(i, j))
             tally[1] += 1
             i = j
