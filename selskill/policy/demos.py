@@ -438,7 +438,7 @@ class Expert:
 # --- one demonstration ----------------------------------------------------------------------
 
 
-class _Episode:
+class DemoEpisode:
     """Drives env + executor for one demo and writes the transcript as the runner would."""
 
     def __init__(self, env, executor, fmt, listing, record, spec, rng, mix, max_env_steps):
@@ -534,9 +534,28 @@ def _mistake(ex: Expert, rng: random.Random) -> str:
     return rng.choice(options)
 
 
+@dataclass
+class MixState:
+    """Which once-per-episode mix decisions have been taken (so a resumed episode skips them)."""
+
+    seen_done: bool = False
+    treat_done: bool = False
+    placing_for: set = field(default_factory=set)
+    second_done: bool = False
+
+    def note(self, ex: Expert, spec: TaskSpec) -> None:
+        """Mark the decisions of the expert's current phase as taken (a turn someone else played)."""
+        phase = ex.phase()
+        self.seen_done |= phase == "fetch"
+        self.treat_done |= phase in ("treat", "light")
+        if phase == "place":
+            self.placing_for.add(ex.holding)
+        self.second_done |= spec.n_objects == 2 and len(ex.placed) == 1 and not ex.holding
+
+
 def _play(env, executor, fmt, listing, record: GameRecord, spec: TaskSpec, rng, mix: DemoMix, max_env_steps):
     """Returns (Demo, None) or (None, drop reason)."""
-    ep = _Episode(env, executor, fmt, listing, record, spec, rng, mix, max_env_steps)
+    ep = DemoEpisode(env, executor, fmt, listing, record, spec, rng, mix, max_env_steps)
     task_skill = TASK_SKILL.get(spec.task_type)
     if ep.chance(mix.opening_memory):
         ep.call(
@@ -545,26 +564,33 @@ def _play(env, executor, fmt, listing, record: GameRecord, spec: TaskSpec, rng, 
     premature_start = ep.chance(mix.premature_start)
     if task_skill and premature_start:
         ep.call(task_skill, "premature")
-    seen_done = treat_done = False
-    placing_for: set[str] = set()
-    second_done = False
-    untrained: list[int] = []
+    return play_on(ep, MixState(), untrained=[])
+
+
+def play_on(ep: DemoEpisode, done: MixState, untrained: list[int]):
+    """The expert (with the skill-call mix) plays `ep` from where it stands to its end.
+
+    Returns (Demo, None) or (None, drop reason). `untrained` lists assistant turns already
+    in `ep` that are context only; the injected wrong moves are added to it.
+    """
+    spec, mix = ep.spec, ep.mix
+    task_skill = TASK_SKILL.get(spec.task_type)
     while not ep.over:
         ex = ep.expert
         phase = ex.phase()
         r_random = ep.chance(mix.random_memory)
-        if phase == "fetch" and not seen_done:
-            seen_done = True
+        if phase == "fetch" and not done.seen_done:
+            done.seen_done = True
             if ep.chance(mix.premature_seen) and task_skill:
                 ep.call(task_skill, "premature")
                 continue
-        if phase in ("treat", "light") and not treat_done:
-            treat_done = True
+        if phase in ("treat", "light") and not done.treat_done:
+            done.treat_done = True
             if ep.chance(mix.useful):
                 ep.call(task_skill, "useful")
                 continue
-        if phase == "place" and ex.holding not in placing_for:
-            placing_for.add(ex.holding)
+        if phase == "place" and ex.holding not in done.placing_for:
+            done.placing_for.add(ex.holding)
             place_mem, wrong = ep.chance(mix.place_memory), ep.chance(mix.wrong_executable)
             if spec.task_type in PLACE_ONLY and wrong:
                 ep.call(ep.rng.choice(WRONG_EXECUTABLE), "wrong_exec")
@@ -572,8 +598,8 @@ def _play(env, executor, fmt, listing, record: GameRecord, spec: TaskSpec, rng, 
             if place_mem:
                 ep.call("place_held_object", "place_memory")
                 continue
-        if spec.n_objects == 2 and len(ex.placed) == 1 and not ex.holding and not second_done:
-            second_done = True
+        if spec.n_objects == 2 and len(ex.placed) == 1 and not ex.holding and not done.second_done:
+            done.second_done = True
             if ep.chance(mix.second_memory):
                 ep.call("find_second_object", "second_memory")
                 continue
@@ -590,13 +616,13 @@ def _play(env, executor, fmt, listing, record: GameRecord, spec: TaskSpec, rng, 
         ep.act(command)
     if not ep.state.won:
         return None, "step_limit"
-    if ep.env_steps > max_env_steps:
+    if ep.env_steps > ep.max_env_steps:
         return None, "step_limit"
     calls = ep.calls
     return (
         Demo(
-            task_id=record.task_id,
-            task_type=record.task_type,
+            task_id=ep.record.task_id,
+            task_type=ep.record.task_type,
             messages=ep.messages,
             n_skill_calls=len(calls),
             n_precise=sum(1 for c in calls if c["precise"]),
@@ -608,8 +634,9 @@ def _play(env, executor, fmt, listing, record: GameRecord, spec: TaskSpec, rng, 
     )
 
 
-def _traj(record: GameRecord) -> dict:
-    return json.loads((Path(record.path).parent / TRAJ_FILE).read_text())
+def task_spec(record: GameRecord) -> TaskSpec:
+    """What the task sentence of `record`'s game says (read from its `traj_data.json`)."""
+    return TaskSpec.from_traj(json.loads((Path(record.path).parent / TRAJ_FILE).read_text()))
 
 
 def build_demos(
@@ -643,7 +670,7 @@ def build_demos(
         report.attempted += 1
         rng = random.Random(f"selskill-demo:{seed}:{record.task_id}")
         try:
-            spec = TaskSpec.from_traj(_traj(record))
+            spec = task_spec(record)
             demo, reason = _play(env, executor, fmt, listing, record, spec, rng, mix, max_env_steps)
         except (EnvError, OSError, ValueError, KeyError) as exc:
             demo, reason = None, f"error:{type(exc).__name__}"

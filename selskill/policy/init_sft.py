@@ -49,6 +49,29 @@ from selskill.policy.demos import (
 COMPLETED = "COMPLETED"
 MANIFEST = "init_manifest.json"
 MANIFEST_VERSION = 1
+DAGGER_DEMOS = "dagger_demos.jsonl"  # the relabelled demonstrations of a DAgger build (all iterations)
+
+
+@dataclass(frozen=True)
+class DaggerSettings:
+    """DAgger after the SFT (`selskill.policy.dagger.run_dagger`); `iterations=0` turns it off."""
+
+    iterations: int = 0
+    epochs: float = 2.0
+    lr: float = 1e-3
+    points: int = 2
+    max_env_steps: int = 30
+    temperature: float = 0.0
+    base: str = ""  # an existing init model (same settings, DAgger off) to start from
+
+    def __post_init__(self):
+        if self.iterations < 0 or self.points < 1 or self.epochs <= 0 or self.max_env_steps < 1:
+            raise ValueError(
+                f"DAgger settings out of range: {self} (init_dagger_iters >= 0, init_dagger_points >= 1, "
+                "init_dagger_epochs > 0, init_dagger_env_steps >= 1)"
+            )
+        if self.base and not self.iterations:
+            raise ValueError("init_dagger_from is set but init_dagger_iters is 0: set init_dagger_iters >= 1")
 
 
 @dataclass
@@ -105,6 +128,35 @@ class InitConfig:
         },
     )
 
+    init_dagger_iters: int = field(
+        default=0,
+        metadata={
+            "help": "DAgger iterations after SFT: play the policy on the train games, let the expert label "
+            "the states it reached, SFT on all demonstrations so far (0 = off; selskill/policy/dagger.py)"
+        },
+    )
+    init_dagger_epochs: float = field(
+        default=2.0, metadata={"help": "epochs per DAgger iteration over the aggregated demonstrations"}
+    )
+    init_dagger_lr: float = field(default=1e-3, metadata={"help": "peak learning rate of the DAgger SFT"})
+    init_dagger_points: int = field(
+        default=2, metadata={"help": "relabelled demonstrations per policy episode (from its disagreements)"}
+    )
+    init_dagger_env_steps: int = field(
+        default=30,
+        metadata={"help": "environment steps of a DAgger policy episode (and of the expert after it)"},
+    )
+    init_dagger_temperature: float = field(
+        default=0.0, metadata={"help": "sampling temperature of the DAgger policy episodes (0 = greedy)"}
+    )
+    init_dagger_from: str = field(
+        default="",
+        metadata={
+            "help": "start DAgger from this existing init model (built with the same settings, DAgger off) "
+            "instead of training the base policy again"
+        },
+    )
+
     def demo_mix(self) -> DemoMix:
         prefix = "init_demo_"
         return DemoMix(**{f.name[len(prefix) :]: getattr(self, f.name) for f in dataclasses.fields(self)
@@ -136,6 +188,15 @@ class InitConfig:
             "batch_size": self.init_batch_size,
             "max_length": self.init_max_length,
             "logging_steps": self.init_logging_steps,
+            "dagger": DaggerSettings(
+                iterations=self.init_dagger_iters,
+                epochs=self.init_dagger_epochs,
+                lr=self.init_dagger_lr,
+                points=self.init_dagger_points,
+                max_env_steps=self.init_dagger_env_steps,
+                temperature=self.init_dagger_temperature,
+                base=self.init_dagger_from,
+            ),
         }
 
 
@@ -308,6 +369,24 @@ def _settings(**kwargs) -> dict:
     return json.loads(json.dumps(out, sort_keys=True))
 
 
+def _check_base(base: str | Path, settings: dict) -> None:
+    """`base` must be a complete init built with exactly these settings (DAgger aside)."""
+    base = Path(base)
+    if not is_complete(base):
+        raise FileNotFoundError(
+            f"init_dagger_from={base}: no complete init policy there (expected {base}/config.json and "
+            f"{base.parent / COMPLETED}); build it first with `selskill init` and the same settings"
+        )
+    theirs = dict((read_manifest(base) or {}).get("settings", {}))
+    theirs.pop("dagger", None)  # a DAgger build may be continued: its iterations come first
+    differ = sorted(k for k in set(theirs) | set(settings) if theirs.get(k) != settings.get(k))
+    if differ:
+        raise ValueError(
+            f"init_dagger_from={base} was built with other settings ({', '.join(differ)} differ; see "
+            f"{base.parent / MANIFEST}): pass the overrides it was built with"
+        )
+
+
 def read_manifest(out_dir: str | Path) -> dict | None:
     path = Path(out_dir).parent / MANIFEST
     if not path.is_file():
@@ -341,6 +420,7 @@ def build_init_policy(
     games_seed: int | None = None,
     fmt: TurnFormat = DEMO_FORMAT,
     listing_style: str = DEMO_LISTING_STYLE,
+    dagger: DaggerSettings | None = None,
     report_to: str | list[str] = "none",
     progress: bool = True,
     redo: bool = False,
@@ -379,6 +459,15 @@ def build_init_policy(
         fmt=fmt,
         listing_style=listing_style,
     )
+    dagger = dagger or DaggerSettings()
+    base_settings = dict(settings)
+    if dagger.iterations:
+        # only DAgger builds carry the key: builds without it keep their manifests valid
+        settings["dagger"] = _settings(d=dagger)["d"]
+        if dagger.base:
+            _check_base(dagger.base, base_settings)
+            settings["dagger"]["base"] = str(Path(dagger.base).resolve())
+            settings["dagger"]["base_dagger"] = (read_manifest(dagger.base) or {})["settings"].get("dagger")
     if not redo and is_complete(out_dir):
         manifest = read_manifest(out_dir) or {}
         if manifest.get("settings") == settings:
@@ -420,22 +509,53 @@ def build_init_policy(
     kept_lengths = [n for n in lengths if n <= max_length]
     too_long = len(report.demos) - len(kept)
 
-    model = build_model(tokenizer, arch, seed=seed)
     work = stage_dir / "sft"
     common = dict(seed=seed, lr=lr, batch_size=batch_size, max_length=max_length, warmup_ratio=warmup_ratio,
                   logging_steps=logging_steps, report_to=report_to, progress=progress)  # fmt: skip
-    train_stats: dict = {"pretrain": None}
+    train_stats: dict = {"pretrain": None, "sft": None}
     t = time.perf_counter()
-    if pretrain_epochs > 0:
-        args = sft_config(work / "pretrain", epochs=pretrain_epochs, **common)
-        trainer, train_stats["pretrain"] = sft_train(
-            model, tokenizer, kept, args, drop_system=True, assistant_only=False
-        )
+    if dagger.base:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        # the base's own tokenizer: the one trained above is identical (same corpus) but the
+        # model's embedding rows belong to the base's
+        tokenizer = AutoTokenizer.from_pretrained(dagger.base)
+        model = AutoModelForCausalLM.from_pretrained(dagger.base)
+        train_stats["base"] = str(Path(dagger.base).resolve())
+    else:
+        model = build_model(tokenizer, arch, seed=seed)
+        if pretrain_epochs > 0:
+            args = sft_config(work / "pretrain", epochs=pretrain_epochs, **common)
+            trainer, train_stats["pretrain"] = sft_train(
+                model, tokenizer, kept, args, drop_system=True, assistant_only=False
+            )
+            model = trainer.model
+        args = sft_config(work / "sft", epochs=epochs, **common)
+        trainer, train_stats["sft"] = sft_train(model, tokenizer, kept, args)
         model = trainer.model
-    args = sft_config(work / "sft", epochs=epochs, **common)
-    trainer, train_stats["sft"] = sft_train(model, tokenizer, kept, args)
     timings["train_seconds"] = round(time.perf_counter() - t, 1)
+    if dagger.iterations:
+        from selskill.policy.dagger import run_dagger
+
+        prior, first = [], 0
+        if dagger.base:  # continuing a DAgger build: its relabelled demos stay in the aggregate
+            base_stage = Path(dagger.base).parent
+            if (base_stage / DAGGER_DEMOS).is_file():
+                with open(base_stage / DAGGER_DEMOS) as f:
+                    prior = [Demo(**json.loads(line)) for line in f]
+            first = len(((read_manifest(dagger.base) or {}).get("train") or {}).get("dagger") or [])
+        train_stats["dagger_prior_demos"] = len(prior)
+        t = time.perf_counter()
+        model, train_stats["dagger"], relabelled = run_dagger(
+            model, tokenizer, kept, records, work, dagger, fmt=fmt, listing_style=listing_style,
+            mix=demo_mix, sft=common, prior=prior, first_iteration=first,
+        )  # fmt: skip
+        timings["dagger_seconds"] = round(time.perf_counter() - t, 1)
+        with open(stage_dir / (DAGGER_DEMOS + ".tmp"), "w") as f:
+            f.writelines(json.dumps(d.to_dict()) + "\n" for d in relabelled)
+        os.replace(stage_dir / (DAGGER_DEMOS + ".tmp"), stage_dir / DAGGER_DEMOS)
     phases = [p for p in (train_stats["pretrain"], train_stats["sft"]) if p]
+    phases += [it["sft"] for it in train_stats.get("dagger", [])]
     train_seconds = sum(p["train_seconds"] for p in phases)
     train_stats["tokens_per_second"] = (
         round(sum(p["tokens_per_epoch"] * p["epochs"] for p in phases) / train_seconds, 1)
@@ -445,7 +565,7 @@ def build_init_policy(
 
     tmp = out_dir.with_name(out_dir.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    trainer.model.save_pretrained(tmp)
+    model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
     shutil.rmtree(out_dir, ignore_errors=True)
     os.replace(tmp, out_dir)
@@ -457,7 +577,7 @@ def build_init_policy(
     manifest = {
         "settings": settings,
         "model_dir": str(out_dir),
-        "n_parameters": sum(p.numel() for p in trainer.model.parameters()),
+        "n_parameters": sum(p.numel() for p in model.parameters()),
         "vocab": len(tokenizer),
         "demos": stats,
         "demo_tokens": {

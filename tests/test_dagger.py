@@ -1,0 +1,130 @@
+"""DAgger for the init policy: the roll-in is the policy's own episode message for message, the
+expert takes over where it disagrees and wins, and a build with DAgger trains on the aggregate."""
+
+import dataclasses
+import json
+import random
+
+import pytest
+from test_init_sft import MICRO
+from test_runner import FMT, ScriptedPolicy, _runner
+
+from selskill.agent.parser import parse_turn
+from selskill.agent.runner import EpisodeSpec
+from selskill.agent.turn_format import render_action, render_skill_call
+from selskill.envs.alfworld import AlfworldEnv, find_games
+from selskill.policy.dagger import disagreements, relabel_rollout
+from selskill.policy.demos import DemoEpisode, DemoMix, task_spec
+from selskill.policy.hf import HFPolicy
+from selskill.policy.init_sft import DAGGER_DEMOS, MANIFEST, DaggerSettings, build_init_policy
+from selskill.skills import SkillExecutor, load_alfworld_skills, render_listing
+
+
+@pytest.fixture(scope="module")
+def index(small_games):
+    return find_games(small_games, "train")
+
+
+@pytest.fixture(scope="module")
+def scripted_row(tiny_model_dir, index):
+    """A policy episode with every kind of turn: a skill call, a malformed turn, wrong moves."""
+    task = next(t for t in AlfworldEnv(index).task_ids() if "pick_and_place_simple" in t)
+    texts = [
+        render_skill_call("pick_and_place"),
+        "go to desk 1",
+        render_action("look"),
+        render_action("inventory"),
+    ]
+    policy = ScriptedPolicy(HFPolicy(str(tiny_model_dir), batch_size=4), texts)
+    row = _runner(policy, index, max_env_steps=6).run([EpisodeSpec("s", task, seed=0)])[0]
+    return task, row
+
+
+BARE = DemoMix.none()  # the expert alone: the continuation is deterministic to assert on
+
+
+def _relabel(index, task, turns, seed=0, points=2, mix=BARE):
+    lib = load_alfworld_skills()
+    return relabel_rollout(
+        AlfworldEnv(index), SkillExecutor(lib), FMT, render_listing(lib, style="compact"),
+        index.by_id()[task], turns, rng=random.Random(seed), mix=mix, max_env_steps=30, points=points,
+    )  # fmt: skip
+
+
+def test_relabelled_demos_continue_the_policy_episode_with_the_expert(index, scripted_row):
+    task, row = scripted_row
+    assert [t["kind"] for t in row["turns"][:3]] == ["skill", "malformed", "action"]
+    demos, dropped = _relabel(index, task, row["turns"])
+    assert len(demos) == 2 and not dropped
+    policy_messages = json.loads(row["messages"])
+    lib = load_alfworld_skills()
+    probe = DemoEpisode(AlfworldEnv(index), SkillExecutor(lib), FMT, render_listing(lib, style="compact"),
+                        index.by_id()[task], task_spec(index.by_id()[task]), random.Random(0), DemoMix(), 30)  # fmt: skip
+    found = disagreements(probe, row["turns"])
+    assert found[0] == 1  # the skill call is not a disagreement, the malformed turn is
+    for demo in demos:
+        assistant = [i for i, m in enumerate(demo.messages) if m["role"] == "assistant"]
+        point = min(set(range(len(assistant))) - set(demo.untrained_turns))
+        assert point in found and set(range(point)) <= set(demo.untrained_turns)
+        # the roll-in is exactly what the runner showed the policy (token-level format included)
+        assert demo.messages[: assistant[point]] == policy_messages[: assistant[point]]
+        # from there the expert plays: a well-formed action differing from the policy's, to a win
+        taken = parse_turn(demo.messages[assistant[point]]["content"], lib.names)
+        assert taken.kind == "action" and taken.action != row["turns"][point].get("action")
+        assert demo.env_steps > 0 and demo.n_turns > point
+    # deterministic per rng seed
+    again, _ = _relabel(index, task, row["turns"])
+    assert [d.messages for d in again] == [d.messages for d in demos]
+
+
+def test_a_rollout_that_agrees_with_the_expert_adds_nothing(index):
+    task = next(t for t in AlfworldEnv(index).task_ids() if "pick_and_place_simple" in t)
+    lib = load_alfworld_skills()
+    env = AlfworldEnv(index)
+    ep = DemoEpisode(env, SkillExecutor(lib), FMT, render_listing(lib, style="compact"), index.by_id()[task],
+                     task_spec(index.by_id()[task]), random.Random(0), DemoMix.none(), 30)  # fmt: skip
+    turns = []
+    while not ep.state.won:  # the bare expert's own play, recorded as runner turns
+        command = ep.expert.next_command()
+        turns.append({"kind": "action", "action": command, "text": render_action(command)})
+        ep.act(command)
+    demos, dropped = _relabel(index, task, turns)
+    assert demos == [] and not dropped
+
+
+def test_build_with_dagger_and_from_a_base(tmp_path):
+    games_dir = tmp_path / "games"
+    kwargs = dict(games_dir=games_dir, n_train_games=1, seed=0, vocab_size=1024, arch=MICRO, pretrain_epochs=1,
+                  epochs=1, lr=3e-3, batch_size=3, max_length=4096, demo_mix=DemoMix(), progress=False)  # fmt: skip
+    base = tmp_path / "runs" / "base" / "round_0" / "train" / "model"
+    build_init_policy(base, **kwargs)
+    assert "dagger" not in json.loads((base.parent / MANIFEST).read_text())["settings"]
+
+    out = tmp_path / "runs" / "d" / "round_0" / "train" / "model"
+    dagger = DaggerSettings(iterations=1, epochs=1, max_env_steps=8, base=str(base))
+    build_init_policy(out, **kwargs, dagger=dagger)
+    manifest = json.loads((out.parent / MANIFEST).read_text())
+    assert manifest["settings"]["dagger"]["iterations"] == 1
+    train = manifest["train"]
+    assert train["pretrain"] is None and train["sft"] is None and train["base"] == str(base.resolve())
+    (it,) = train["dagger"]
+    assert it["rollouts"] == 6 and it["demos"] > 0
+    # the SFT ran on the base demonstrations plus the relabelled ones that fit
+    assert it["aggregate_demos"] == len(manifest["task_ids"]) + it["demos"] - it["too_long"]
+    assert it["sft"]["steps"] > 0 and (out / "config.json").is_file()
+
+    # a DAgger build continues: its relabelled demonstrations stay in the aggregate
+    relabelled = (out.parent / DAGGER_DEMOS).read_text().splitlines()
+    assert len(relabelled) == it["demos"] - it["too_long"]
+    more = tmp_path / "runs" / "d2" / "round_0" / "train" / "model"
+    build_init_policy(more, **kwargs, dagger=dataclasses.replace(dagger, base=str(out)))
+    manifest2 = json.loads((more.parent / MANIFEST).read_text())
+    (it2,) = manifest2["train"]["dagger"]
+    assert it2["iteration"] == 1 and manifest2["settings"]["dagger"]["base_dagger"]["iterations"] == 1
+    assert it2["aggregate_demos"] == it["aggregate_demos"] + it2["demos"] - it2["too_long"]
+
+    with pytest.raises(ValueError, match="lr differ"):
+        build_init_policy(tmp_path / "runs" / "e" / "round_0" / "train" / "model", **{**kwargs, "lr": 1e-3},
+                          dagger=dagger)  # fmt: skip
+    with pytest.raises(ValueError, match="init_dagger_iters"):
+        DaggerSettings(iterations=0, base=str(base))
