@@ -200,8 +200,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="bootstrap the offline init policy (demonstrations + tokenizer + SFT) and report its held-out metrics",
         description="Build the recipe's init policy at runs/<exp>/round_0/train/model (reused when it exists): "
         "generate train games, make demonstrations with useful, premature and redundant skill calls, train a "
-        "tokenizer and a small Qwen3 model, SFT it on assistant tokens; then play greedily on the recipe's "
+        "tokenizer and a small Qwen3 model, SFT it on assistant tokens (then --init_dagger_iters N DAgger "
+        "iterations: the expert relabels the policy's own episodes; --init_dagger_from DIR starts them from an "
+        "init already built with the same settings); then play greedily on the recipe's "
         "held-out split and print SR, Exec. Prec., Skill/ep, ... (runs/<exp>/round_0/eval/metrics.json). "
+        "Every init_* key: python pipelines/round.py --help. "
         "Example: selskill init --config recipes/tiny.yaml",
     )
     p.set_defaults(takes_recipe=True)  # --config RECIPE and --key value overrides pass through to TrlParser

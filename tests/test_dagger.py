@@ -117,7 +117,9 @@ def test_build_with_dagger_and_from_a_base(tmp_path):
     relabelled = (out.parent / DAGGER_DEMOS).read_text().splitlines()
     assert len(relabelled) == it["demos"] - it["too_long"]
     more = tmp_path / "runs" / "d2" / "round_0" / "train" / "model"
-    build_init_policy(more, **kwargs, dagger=dataclasses.replace(dagger, base=str(out)))
+    build_init_policy(more, **kwargs, dagger=dataclasses.replace(dagger, base=str(out), fresh_games=True))
+    # fresh games: iteration 1 played generated train games 2 (index) of each type, made for it
+    assert len(find_games(games_dir, "train").games) == 6 * 3
     manifest2 = json.loads((more.parent / MANIFEST).read_text())
     (it2,) = manifest2["train"]["dagger"]
     assert it2["iteration"] == 1 and manifest2["settings"]["dagger"]["base_dagger"]["iterations"] == 1

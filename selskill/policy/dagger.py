@@ -27,7 +27,7 @@ import functools
 import json
 import random
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -251,7 +251,7 @@ def run_dagger(
     model,
     tokenizer,
     base_demos: list[Demo],
-    records: Sequence[GameRecord],
+    games: Callable[[int], Sequence[GameRecord]],
     work: str | Path,
     settings: DaggerSettings,
     *,
@@ -262,7 +262,7 @@ def run_dagger(
     prior: Sequence[Demo] = (),
     first_iteration: int = 0,
 ):
-    """`settings.iterations` rounds of: play the current model on `records`, relabel, SFT
+    """`settings.iterations` rounds of: play the current model on `games(iteration)`, relabel, SFT
     (assistant tokens) on the base demonstrations plus every relabelled one so far (`prior`:
     those of earlier iterations, when continuing a DAgger build). `sft` holds the init's
     `sft_config` arguments (its seed, batch size, max_length, ...); DAgger's own epochs and lr
@@ -277,6 +277,7 @@ def run_dagger(
         snapshot = work / f"dagger{it}" / "model"
         model.save_pretrained(snapshot)
         tokenizer.save_pretrained(snapshot)
+        records = games(it)
         new, st = dagger_demos(
             snapshot, records, fmt=fmt, listing_style=listing_style, mix=mix, seed=seed, iteration=it,
             max_env_steps=settings.max_env_steps, points=settings.points, temperature=settings.temperature,

@@ -63,6 +63,7 @@ class DaggerSettings:
     max_env_steps: int = 30
     temperature: float = 0.0
     base: str = ""  # an existing init model (same settings, DAgger off) to start from
+    fresh_games: bool = False  # iteration i plays new generated train games, not the SFT's
 
     def __post_init__(self):
         if self.iterations < 0 or self.points < 1 or self.epochs <= 0 or self.max_env_steps < 1:
@@ -149,6 +150,13 @@ class InitConfig:
     init_dagger_temperature: float = field(
         default=0.0, metadata={"help": "sampling temperature of the DAgger policy episodes (0 = greedy)"}
     )
+    init_dagger_fresh_games: bool = field(
+        default=False,
+        metadata={
+            "help": "each DAgger iteration plays init_games_per_type new generated train games per type "
+            "(false: the games of the demonstrations)"
+        },
+    )
     init_dagger_from: str = field(
         default="",
         metadata={
@@ -196,6 +204,7 @@ class InitConfig:
                 max_env_steps=self.init_dagger_env_steps,
                 temperature=self.init_dagger_temperature,
                 base=self.init_dagger_from,
+                fresh_games=self.init_dagger_fresh_games,
             ),
         }
 
@@ -203,8 +212,15 @@ class InitConfig:
 # --- games --------------------------------------------------------------------------------
 
 
-def train_games(games_dir: str | Path, per_type: int, seed: int, size: str = "small", progress: bool = False):
-    """The first `per_type` generated train games of each type under `games_dir`, made if missing."""
+def train_games(
+    games_dir: str | Path,
+    per_type: int,
+    seed: int,
+    size: str = "small",
+    progress: bool = False,
+    first: int = 0,
+):
+    """Generated train games `first` .. `first + per_type - 1` of each type under `games_dir`, made if missing."""
     from selskill.envs.alfworld import TRAJ_FILE, find_games
     from selskill.envs.alfworld_gen import TASK_TYPES, generate_games
 
@@ -215,7 +231,7 @@ def train_games(games_dir: str | Path, per_type: int, seed: int, size: str = "sm
             if (
                 meta.get("seed") == seed
                 and meta.get("size") == size
-                and meta.get("index", per_type) < per_type
+                and first <= meta.get("index", -1) < first + per_type
             ):
                 chosen[record.task_type].append(record)
         return chosen
@@ -223,7 +239,9 @@ def train_games(games_dir: str | Path, per_type: int, seed: int, size: str = "sm
     root = Path(games_dir)
     chosen = pick(find_games(root, "train")) if (root / "train").is_dir() else {}
     if any(len(chosen.get(t, [])) < per_type for t in TASK_TYPES):
-        generate_games(root, per_type=per_type, seed=seed, split="train", size=size, progress=progress)
+        generate_games(
+            root, per_type=first + per_type, seed=seed, split="train", size=size, progress=progress
+        )
         chosen = pick(find_games(root, "train"))
     records = [r for t in TASK_TYPES for r in sorted(chosen.get(t, []), key=lambda r: r.task_id)]
     return records
@@ -546,8 +564,16 @@ def build_init_policy(
             first = len(((read_manifest(dagger.base) or {}).get("train") or {}).get("dagger") or [])
         train_stats["dagger_prior_demos"] = len(prior)
         t = time.perf_counter()
+
+        def dagger_games(it: int):
+            if not dagger.fresh_games:
+                return records
+            return train_games(
+                games_dir, n_train_games, games_seed, game_size, progress, first=n_train_games * (it + 1)
+            )
+
         model, train_stats["dagger"], relabelled = run_dagger(
-            model, tokenizer, kept, records, work, dagger, fmt=fmt, listing_style=listing_style,
+            model, tokenizer, kept, dagger_games, work, dagger, fmt=fmt, listing_style=listing_style,
             mix=demo_mix, sft=common, prior=prior, first_iteration=first,
         )  # fmt: skip
         timings["dagger_seconds"] = round(time.perf_counter() - t, 1)
