@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from selskill.agent.transcript import MALFORMED_COMMAND, after_action, after_malformed, after_skill
+from selskill.agent.transcript import MALFORMED_COMMAND, after_malformed, after_skill
 from selskill.agent.turn_format import TurnFormat
 from selskill.envs.alfworld import AlfworldEnv, GameRecord
 from selskill.envs.base import EnvError
@@ -50,15 +50,16 @@ if TYPE_CHECKING:
 
 
 def _replay(ep: DemoEpisode, turn: dict) -> None:
-    """Apply one recorded policy turn to `ep` exactly as the episode runner applied it."""
-    ep.messages.append(ep.fmt.assistant_message(turn["text"]))
+    """Apply one recorded policy turn to `ep` exactly as the episode runner applied it.
+
+    Unlike `DemoEpisode.call`, a skill call here is context: it is not recorded among the
+    demo's calls and gets no after-failure follow-up from the mix."""
     kind = turn["kind"]
     if kind == "action":
-        ep.state = ep.env.step(turn["action"])
-        ep.env_steps += ep.state.env_steps
-        ep.expert.observe(turn["action"], ep.state)
-        ep.messages.append(after_action(ep.fmt, ep.state))
-    elif kind == "skill":
+        ep.act(turn["action"], text=turn["text"])
+        return
+    ep.messages.append(ep.fmt.assistant_message(turn["text"]))
+    if kind == "skill":
         arguments = json.loads(turn["arguments"]) if turn.get("arguments") else None
         rec = ep.executor.execute(ep.env, turn["skill"], arguments)
         ep.state = ep.env.state

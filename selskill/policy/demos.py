@@ -465,8 +465,9 @@ class DemoEpisode:
             or self.n_turns >= 2 * self.max_env_steps
         )
 
-    def act(self, command: str) -> None:
-        self.messages.append(self.fmt.assistant_message(render_action(command)))
+    def act(self, command: str, text: str | None = None) -> None:
+        """Play `command`; `text` is the assistant turn that said it (default: as the expert writes it)."""
+        self.messages.append(self.fmt.assistant_message(render_action(command) if text is None else text))
         self.state = self.env.step(command)
         self.env_steps += self.state.env_steps
         self.expert.observe(command, self.state)

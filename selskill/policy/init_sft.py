@@ -387,15 +387,16 @@ def _settings(**kwargs) -> dict:
     return json.loads(json.dumps(out, sort_keys=True))
 
 
-def _check_base(base: str | Path, settings: dict) -> None:
-    """`base` must be a complete init built with exactly these settings (DAgger aside)."""
+def _check_base(base: str | Path, settings: dict) -> dict:
+    """`base` must be a complete init built with exactly these settings (DAgger aside); returns its manifest."""
     base = Path(base)
     if not is_complete(base):
         raise FileNotFoundError(
             f"init_dagger_from={base}: no complete init policy there (expected {base}/config.json and "
             f"{base.parent / COMPLETED}); build it first with `selskill init` and the same settings"
         )
-    theirs = dict((read_manifest(base) or {}).get("settings", {}))
+    manifest = read_manifest(base) or {}
+    theirs = dict(manifest.get("settings", {}))
     theirs.pop("dagger", None)  # a DAgger build may be continued: its iterations come first
     differ = sorted(k for k in set(theirs) | set(settings) if theirs.get(k) != settings.get(k))
     if differ:
@@ -403,6 +404,7 @@ def _check_base(base: str | Path, settings: dict) -> None:
             f"init_dagger_from={base} was built with other settings ({', '.join(differ)} differ; see "
             f"{base.parent / MANIFEST}): pass the overrides it was built with"
         )
+    return manifest
 
 
 def read_manifest(out_dir: str | Path) -> dict | None:
@@ -478,14 +480,15 @@ def build_init_policy(
         listing_style=listing_style,
     )
     dagger = dagger or DaggerSettings()
-    base_settings = dict(settings)
+    base_manifest: dict = {}
     if dagger.iterations:
         # only DAgger builds carry the key: builds without it keep their manifests valid
+        if dagger.base:
+            base_manifest = _check_base(dagger.base, settings)
         settings["dagger"] = _settings(d=dagger)["d"]
         if dagger.base:
-            _check_base(dagger.base, base_settings)
             settings["dagger"]["base"] = str(Path(dagger.base).resolve())
-            settings["dagger"]["base_dagger"] = (read_manifest(dagger.base) or {})["settings"].get("dagger")
+            settings["dagger"]["base_dagger"] = base_manifest["settings"].get("dagger")
     if not redo and is_complete(out_dir):
         manifest = read_manifest(out_dir) or {}
         if manifest.get("settings") == settings:
@@ -561,7 +564,7 @@ def build_init_policy(
             if (base_stage / DAGGER_DEMOS).is_file():
                 with open(base_stage / DAGGER_DEMOS) as f:
                     prior = [Demo(**json.loads(line)) for line in f]
-            first = len(((read_manifest(dagger.base) or {}).get("train") or {}).get("dagger") or [])
+            first = len((base_manifest.get("train") or {}).get("dagger") or [])
         train_stats["dagger_prior_demos"] = len(prior)
         t = time.perf_counter()
 
