@@ -124,6 +124,11 @@ def test_build_with_dagger_and_from_a_base(tmp_path):
     (it2,) = manifest2["train"]["dagger"]
     assert it2["iteration"] == 1 and manifest2["settings"]["dagger"]["base_dagger"]["iterations"] == 1
     assert it2["aggregate_demos"] == it["aggregate_demos"] + it2["demos"] - it2["too_long"]
+    # continuing a continued build numbers on: iteration 2 plays new games, not iteration 1's again
+    third = tmp_path / "runs" / "d3" / "round_0" / "train" / "model"
+    build_init_policy(third, **kwargs, dagger=dataclasses.replace(dagger, base=str(more), fresh_games=True))
+    (it3,) = json.loads((third.parent / MANIFEST).read_text())["train"]["dagger"]
+    assert it3["iteration"] == 2 and len(find_games(games_dir, "train").games) == 6 * 4
 
     with pytest.raises(ValueError, match="lr differ"):
         build_init_policy(tmp_path / "runs" / "e" / "round_0" / "train" / "model", **{**kwargs, "lr": 1e-3},

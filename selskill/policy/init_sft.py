@@ -564,7 +564,10 @@ def build_init_policy(
             if (base_stage / DAGGER_DEMOS).is_file():
                 with open(base_stage / DAGGER_DEMOS) as f:
                     prior = [Demo(**json.loads(line)) for line in f]
-            first = len((base_manifest.get("train") or {}).get("dagger") or [])
+            # the base may itself continue a build: number on from its last iteration, so fresh
+            # games and episode seeds are new ones
+            base_iterations = (base_manifest.get("train") or {}).get("dagger") or []
+            first = max((it["iteration"] for it in base_iterations), default=-1) + 1
         train_stats["dagger_prior_demos"] = len(prior)
         t = time.perf_counter()
 
