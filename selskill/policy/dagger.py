@@ -150,11 +150,18 @@ def policy_rollouts(
     concurrent_episodes: int = 32,
     progress: bool = False,
 ) -> list[dict]:
-    """One episode of the policy at `model_dir` per game (rows as the episode runner writes them)."""
+    """One episode of the policy at `model_dir` per game (rows as the episode runner writes them).
+
+    The episodes run where the init's SFT trains (the GPU when there is one, as in
+    `sft_config`): a GPU build would otherwise spend its DAgger iterations decoding on the CPU.
+    """
+    import torch
+
     from selskill.agent.runner import EpisodeRunner, EpisodeSpec, RunnerConfig
     from selskill.policy.hf import HFPolicy
 
-    policy = HFPolicy(str(model_dir), batch_size=concurrent_episodes)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    policy = HFPolicy(str(model_dir), device=device, batch_size=concurrent_episodes)
     library = load_alfworld_skills()
     config = RunnerConfig(
         max_env_steps=max_env_steps,
