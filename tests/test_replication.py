@@ -60,3 +60,23 @@ def test_summary_reads_metrics_pairs_and_yield(runs):
     assert "| init |" in md and "| R1 |" in md and "| R2 |" in md
     assert "| random | - | - | - |" in md
     assert all(f"| {name} |" in md for name in rep.PAIR_VARIANTS)
+
+
+def test_a_branching_variant_without_pairs_does_not_stop_the_benchmark(runs, monkeypatch):
+    from selskill.train.run import NoTrainablePairs
+
+    ran = []
+
+    def fake_round(recipe, argv):  # the main line's rounds are already on disk (fixture)
+        ran.append(recipe.run.exp)
+        if recipe.run.exp == "main-branch-random":
+            raise NoTrainablePairs("round 1 has no trainable pairs")
+
+    monkeypatch.setattr(rep, "run_round", fake_round)
+    monkeypatch.setattr(rep, "round_1_pairs", lambda argv: (None, None))
+    monkeypatch.setattr(rep, "trainable_pairs", lambda argv, overrides, table, tok: 0)
+    summary = rep.run_replication(["--config", "recipes/tiny.yaml", "--runs_dir", str(runs), "--exp", "main"])
+    # every pair variant had no pair (skipped); both branching variants ran, the pairless one too
+    assert ran == ["main", "main", "main-branch-random", "main-branch-all_skill"]
+    assert summary["branching"]["branch-random"]["metrics"]["sr"] is None
+    assert (runs / "main" / "ablations.md").is_file()

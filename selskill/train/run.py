@@ -34,6 +34,11 @@ DATASET_DIR = "dataset"
 STATS_FILE = "pairs_stats.json"
 
 
+class NoTrainablePairs(ValueError):
+    """The round's label stage left nothing to train on: the user's data, not a bug (the
+    replication skips an ablation variant that ends here instead of stopping the benchmark)."""
+
+
 # --- inputs ---------------------------------------------------------------------------------------------
 
 
@@ -250,7 +255,7 @@ def run_train(run, policy, cfg) -> Path:
         dataset = build_train_dataset(shards, cfg, tokenizer, stage.path / DATASET_DIR, state.is_main_process)
     if len(dataset) == 0:
         label_stats = StageDir.of(run.runs_dir, run.exp, run.round, "label").stats
-        raise ValueError(
+        raise NoTrainablePairs(
             f"round {run.round} has no trainable pairs (see the discard reasons in {label_stats}): local pairs need "
             "a successful continuation at a branch point and episode pairs a success among a task's samples. Sample "
             "more (sample_k, sample_max_tasks, fork_k_*), give episodes more steps (max_env_steps), or start from a "
