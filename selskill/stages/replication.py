@@ -11,7 +11,8 @@ Every piece is an ordinary round of an ordinary experiment, so it resumes like a
   matched pair count (`train_max_pairs` = the smallest variant's count);
 - branching ablations (Tables 10-11: entropy / random / all-skill) reuse the main line's
   round-1 samples and rerun branch -> fork -> label -> train -> eval with another
-  `branch_strategy`.
+  `branch_strategy`; a strategy whose round yields no trainable pair is reported with its
+  yield and no SR instead of stopping the benchmark (a pair-set variant with no pair is skipped).
 The summary (`runs/<exp>/ablations.md` + `.json`) reads only files the rounds wrote.
 """
 
