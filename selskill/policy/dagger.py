@@ -152,16 +152,14 @@ def policy_rollouts(
 ) -> list[dict]:
     """One episode of the policy at `model_dir` per game (rows as the episode runner writes them).
 
-    The episodes run where the init's SFT trains (the GPU when there is one, as in
-    `sft_config`): a GPU build would otherwise spend its DAgger iterations decoding on the CPU.
+    The episodes run where the init's SFT trains (`init_device`): a GPU build would otherwise
+    spend its DAgger iterations decoding on the CPU.
     """
-    import torch
-
     from selskill.agent.runner import EpisodeRunner, EpisodeSpec, RunnerConfig
     from selskill.policy.hf import HFPolicy
+    from selskill.policy.init_sft import init_device
 
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    policy = HFPolicy(str(model_dir), device=device, batch_size=concurrent_episodes)
+    policy = HFPolicy(str(model_dir), device=init_device(), batch_size=concurrent_episodes)
     library = load_alfworld_skills()
     config = RunnerConfig(
         max_env_steps=max_env_steps,

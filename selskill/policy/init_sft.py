@@ -287,6 +287,13 @@ def sft_dataset(demos: list[Demo], tokenizer, drop_system: bool = False, assista
     return Dataset.from_list(rows)
 
 
+def init_device() -> str:
+    """Where the init build trains and plays its DAgger episodes: the GPU when there is one."""
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
 def sft_config(
     output_dir: str | Path,
     *,
@@ -309,9 +316,7 @@ def sft_config(
     from trl import SFTConfig
 
     if use_cpu is None:
-        import torch
-
-        use_cpu = not torch.cuda.is_available()
+        use_cpu = init_device() == "cpu"
     return SFTConfig(
         output_dir=str(output_dir),
         num_train_epochs=epochs,
@@ -644,6 +649,7 @@ __all__ = [
     "build_init_policy_from_config",
     "demo_stats",
     "demo_token_lengths",
+    "init_device",
     "is_complete",
     "read_manifest",
     "sft_config",
