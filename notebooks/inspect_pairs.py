@@ -83,7 +83,7 @@ for s in stats:
 # ## Yield: pairs by kind and label reason
 
 # %%
-SUMMARY_COLUMNS = ["round", "kind", "label_reason", "task_type", "chosen_arm", "chosen_env_steps", "rejected_env_steps"]
+SUMMARY_COLUMNS = ["round", "kind", "label_reason", "task_type", "chosen_arm", "chosen_steps", "rejected_steps"]
 summary = pairs.select_columns(SUMMARY_COLUMNS)
 display(HTML(si.yield_table(summary, n_tasks={rnd: n_tasks} if n_tasks else None)))
 display(HTML(si.html_table(["discarded because", "count"], sorted((k, v) for k, v in discarded.items() if v))))
@@ -99,7 +99,7 @@ display(HTML(si.html_table(["task type", "pairs"], sorted(by_type.items()))))
 view = pairs.filter(si.matches, fn_kwargs={"kind": KIND, "reason": REASON, "task_type": TASK_TYPE})
 print(f"{len(view)} of {len(pairs)} pairs match kind={KIND} reason={REASON} task_type={TASK_TYPE}")
 display(HTML(si.pairs_table(view.select_columns(
-    ["pair_id", "kind", "label_reason", "task_type", "chosen_arm", "rejected_arm", "chosen_env_steps", "rejected_env_steps"]
+    ["pair_id", "kind", "label_reason", "task_type", "chosen_arm", "rejected_arm", "chosen_steps", "rejected_steps"]
 ), limit=25)))
 
 # %% [markdown]

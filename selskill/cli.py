@@ -122,6 +122,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from selskill.envs.alfworld_gen import SIZES
+
     parser = argparse.ArgumentParser(
         prog="selskill",
         description="Preference data and DPO training that teach LLM agents when to invoke a skill and when to "
@@ -148,8 +150,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--size",
         default="small",
-        choices=["small", "real"],
-        help="small: ~8-15 receptacles and 15-30 objects; real: the floor plan's full receptacle set",
+        choices=list(SIZES),
+        help="the scale ladder: tiny (3-5 receptacles, 4-8 objects: the CPU scale), small (8-15, 15-30), "
+        "real (the floor plan's full receptacle set); default small",
     )
     p.add_argument("--task-types", nargs="+", metavar="TYPE", help="only these task types (default: all six)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")

@@ -174,9 +174,9 @@ def _side_html(pair: Mapping, side: str, tokenizer, max_tokens: int | None) -> s
     shown = len(ids) if max_tokens is None else min(len(ids), max_tokens)
     arm = pair.get(f"{side}_arm") or ""
     ok = "success" if pair.get(f"{side}_success") else "failure"
-    steps_label = "env steps after the branch" if pair.get("kind") == "local" else "env steps"
+    steps_label = "steps after the branch" if pair.get("kind") == "local" else "steps"
     title = (
-        f"{side}{f' — {arm} arm' if arm else ''}: {ok}, {pair.get(f'{side}_env_steps')} {steps_label}, "
+        f"{side}{f' — {arm} arm' if arm else ''}: {ok}, {pair.get(f'{side}_steps')} {steps_label}, "
         f"{len(ids)} tokens, {sum(int(m) for m in mask)} in the loss"
     )
     marker = (
@@ -261,7 +261,7 @@ def _mean(xs: list) -> float | None:
 def yield_rows(pairs: Iterable[Mapping], n_tasks: Mapping[int, int] | int | None = None) -> list[dict]:
     """Pairs per (round, kind, label_reason): count, pairs/task (when the number of sampled
     tasks is known: an int, or a {round: tasks} map), invoke-preferred share (local pairs) and
-    mean chosen / rejected env steps."""
+    mean chosen / rejected agent steps."""
     groups = defaultdict(list)
     for p in pairs:
         groups[(int(p.get("round", 0)), p.get("kind"), p.get("label_reason"))].append(p)
@@ -283,8 +283,8 @@ def yield_rows(pairs: Iterable[Mapping], n_tasks: Mapping[int, int] | int | None
                     if local
                     else None
                 ),
-                "mean_chosen_steps": _mean([p["chosen_env_steps"] for p in ps]),
-                "mean_rejected_steps": _mean([p["rejected_env_steps"] for p in ps]),
+                "mean_chosen_steps": _mean([p["chosen_steps"] for p in ps]),
+                "mean_rejected_steps": _mean([p["rejected_steps"] for p in ps]),
             }
         )
     return out
@@ -344,7 +344,7 @@ def pairs_table(pairs: Iterable[Mapping], limit: int = 20) -> str:
                 p.get("task_type"),
                 p.get("chosen_arm") or "episode",
                 p.get("rejected_arm") or "episode",
-                f"{p.get('chosen_env_steps')}/{p.get('rejected_env_steps')}",
+                f"{p.get('chosen_steps')}/{p.get('rejected_steps')}",
             ]
         )
     return STYLE + html_table(headers, body)

@@ -5,8 +5,10 @@
   `<tool_call>`; it is precise when it is well formed, names a listed skill and (executable)
   every expanded action is admissible and takes effect, or (memory) returns content.
 - SR@Invoke / SR@Skip: SR among episodes with >= 1 / no skill call.
-- Skill/ep: skill calls per episode. Avg. Steps: environment steps per episode (an
-  executable skill counts the actions it ran). Malformed rate: malformed turns / turns.
+- Skill/ep: skill calls per episode. Avg. Steps: agent steps per episode, a step being one
+  decision (an action, a skill call or a malformed turn: one assistant turn), the measure the
+  label stage's efficiency rule uses too (see `selskill.stages.label`); the environment
+  commands an episode ran are its `env_steps`. Malformed rate: malformed turns / turns.
 
 Confidence intervals are 95% percentile bootstraps over episodes (seeded, so a report is
 reproducible); ratio metrics resample episodes, not calls.
@@ -57,7 +59,7 @@ def _point(eps: Sequence[tuple]) -> dict:
         "sr_invoke": sum(e[0] for e in invoked) / len(invoked) if invoked else None,
         "sr_skip": sum(e[0] for e in skipped) / len(skipped) if skipped else None,
         "skill_per_ep": calls / n,
-        "avg_steps": sum(e[3] for e in eps) / n,
+        "avg_steps": sum(e[5] for e in eps) / n,
         "malformed_rate": sum(e[4] for e in eps) / turns if turns else 0.0,
         "skill_calls": calls,
         "episodes_invoked": len(invoked),

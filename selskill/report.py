@@ -11,7 +11,7 @@ base64 PNG) and `runs/<exp>/plots/*.png` with
    invoke-preferred share of local pairs, discard reasons;
 3. plots: each metric per round; per-token entropy after the branch point for the invoke
    vs skip arm of the fork continuations (the paper's Figure 3 analogue); branch scores of
-   local pairs by chosen arm; skill calls per episode; chosen - rejected env steps.
+   local pairs by chosen arm; skill calls per episode; chosen - rejected agent steps.
 
 Inputs are only files every round already writes (eval/metrics.json + eval shards, label
 stats + shards, fork shards). A missing round or stage is skipped with a note, never an
@@ -48,8 +48,8 @@ PAIR_COLUMNS = [
     "label_reason",
     "task_type",
     "chosen_arm",
-    "chosen_env_steps",
-    "rejected_env_steps",
+    "chosen_steps",
+    "rejected_steps",
     "branch_score",
 ]
 FORK_COLUMNS = ["arm", "prefix_len", "role", "turn", "entropy", "logprob"]
@@ -440,7 +440,7 @@ def plot_step_gap(rounds: list[RoundData], path: Path) -> Path | None:
     for ax, key in zip(axes, keys, strict=True):
         gaps_by_round = {
             d.round: [
-                int(p["chosen_env_steps"]) - int(p["rejected_env_steps"])
+                int(p["chosen_steps"]) - int(p["rejected_steps"])
                 for p in d.pairs
                 if f"{p['kind']}/{p['label_reason']}" == key
             ]
@@ -461,7 +461,7 @@ def plot_step_gap(rounds: list[RoundData], path: Path) -> Path | None:
                 )
         ax.axvline(0, color="#888", linestyle=":")
         ax.set_title(key)
-        ax.set_xlabel("chosen − rejected env steps")
+        ax.set_xlabel("chosen − rejected agent steps")
         ax.set_ylabel("pairs")
         ax.legend(fontsize=8)
         ax.grid(alpha=0.3)
@@ -557,7 +557,7 @@ def metrics_section(rounds: list[RoundData], n_boot: int, seed: int, notes: list
             "p",
             "Like the paper's Table 1. init = round 0 (the init policy), Rr = the model trained in round r. "
             "SR, Exec. Prec., SR@Invoke, SR@Skip and Malformed (malformed turns / turns) in %; Skill/ep and Avg. "
-            "Steps (environment steps) per episode. [95% bootstrap interval over episodes]. ΔSR vs init: SR(Rr) − "
+            "Steps (agent steps: actions, skill calls and malformed turns) per episode. [95% bootstrap interval over episodes]. ΔSR vs init: SR(Rr) − "
             "SR(init) on the same tasks in percentage points with a paired bootstrap interval "
             f"({n_boot} resamples, seed {seed}).",
         )
@@ -768,14 +768,14 @@ def plots_section(
         for p in d.pairs:
             groups[f"{p['kind']}/{p['label_reason']}"].append(p)
         for key, ps in sorted(groups.items()):
-            c = sum(int(p["chosen_env_steps"]) for p in ps) / len(ps)
-            r = sum(int(p["rejected_env_steps"]) for p in ps) / len(ps)
+            c = sum(int(p["chosen_steps"]) for p in ps) / len(ps)
+            r = sum(int(p["rejected_steps"]) for p in ps) / len(ps)
             grows.append([round_label(d.round), key, len(ps), f"{c:.1f}", f"{r:.1f}", f"{c - r:+.1f}"])
     add(
         "step_gap",
         plot_step_gap,
-        "Chosen vs rejected environment steps",
-        "Histogram of chosen − rejected environment steps per pair, by kind and label reason (local pairs: "
+        "Chosen vs rejected agent steps",
+        "Histogram of chosen − rejected agent steps (decisions: actions and skill calls) per pair, by kind and label reason (local pairs: "
         "steps after the branch; episode pairs: whole episode). Efficiency pairs are negative by construction; "
         "success-vs-failure gaps show how much shorter the winning side is.",
         "no pairs (label shards missing or empty)",

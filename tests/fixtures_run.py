@@ -260,6 +260,7 @@ def _fork_row(exp, round_, source, branch, arm, k, plan, seed) -> dict:
         "prefix_len": offset,
         **out,
         "env_steps_after_branch": out["env_steps"] - branch["source_env_steps_before"],
+        "steps_after_branch": out["n_turns"] - branch["turn_index"],
         "malformed_after_branch": malformed,
     }
 

@@ -96,16 +96,18 @@ def test_generation_leaves_global_random_untouched():
     assert random.random() == expected
 
 
-def test_small_scene_sizes_and_scene_types():
+@pytest.mark.parametrize("size", ["tiny", "small"])
+def test_scaled_scene_sizes_and_scene_types(size):
     from alfworld.gen import constants
 
     prior = gen.load_placement_prior()
+    (r_lo, r_hi), (o_lo, o_hi) = gen.SCALE[size]
     for task_type in gen.TASK_TYPES:
         for i in range(5):
-            g = gen.generate_game(task_type, i, seed=1, prior=prior)
+            g = gen.generate_game(task_type, i, seed=1, size=size, prior=prior)
             n_obj = len(g.scene.objects)
-            assert len(g.scene.receptacles) <= gen.SMALL_RECEPTACLES[1]
-            assert gen.SMALL_OBJECTS[0] <= n_obj <= gen.SMALL_OBJECTS[1] + 3, n_obj
+            assert len(g.scene.receptacles) <= r_hi
+            assert o_lo <= n_obj <= o_hi + 3, n_obj
             assert g.scene.scene_type in constants.GOALS_VALID[task_type]
             targets = [o for o in g.scene.objects if o.type == g.object_target]
             assert len(targets) >= (2 if task_type == "pick_two_obj_and_place" else 1)

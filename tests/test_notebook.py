@@ -73,5 +73,5 @@ def test_inspect_pairs_notebook_executes(tmp_path, kind):
     assert 'class="branch-point"' in html and "in-loss" in html  # a rendered pair
     assert "tok r-prefix" not in html  # prefix roles found in the source rollout/fork shards
     if kind == "local":
-        assert "3 of 6 pairs match kind=local" in text
+        assert "4 of 7 pairs match kind=local" in text
         assert "⑂ branch" in html and "r-observation" in html

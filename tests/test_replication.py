@@ -80,3 +80,32 @@ def test_a_branching_variant_without_pairs_does_not_stop_the_benchmark(runs, mon
     assert ran == ["main", "main", "main-branch-random", "main-branch-all_skill"]
     assert summary["branching"]["branch-random"]["metrics"]["sr"] is None
     assert (runs / "main" / "ablations.md").is_file()
+
+
+def test_results_json_holds_paired_differences_targets_and_the_commit(runs, monkeypatch):
+    monkeypatch.setattr(rep, "run_round", lambda recipe, argv: None)  # the rounds are on disk (fixture)
+    fork_stats = StageDir.of(runs, "main", 1, "fork").stats_file(0)
+    fork_stats.write_text(json.dumps(json.loads(fork_stats.read_text()) | {"seconds": 12.5}))
+    summary = rep.run_replication(
+        ["--config", "recipes/tiny.yaml", "--runs_dir", str(runs), "--exp", "main"], ablations=False
+    )
+    saved = json.loads((runs / "main" / "results.json").read_text())
+    assert saved["paired_sr"] == json.loads(json.dumps(summary["paired_sr"]))
+    # the fixture by hand: valid_seen SR 50 -> 75 -> 100 (%) on the same 4 games
+    d = saved["paired_sr"]["R1-init"]
+    assert d["tasks"] == 4 and d["diff"] == pytest.approx(0.25)
+    assert saved["paired_sr"]["R2-init"]["diff"] == pytest.approx(0.5)
+    assert saved["targets"]["r2_sr_at_least_r1"] is True
+    assert saved["targets"]["r1_sr_up_5_points_paired_ci_above_0"] in (True, False)
+    assert saved["code"]["commit"] is None or len(saved["code"]["commit"]) == 40
+    assert saved["stage_seconds"] == {"main": 12.5}  # the variants were not run
+
+
+def test_the_round_summary_shows_the_paired_sr_difference(runs):
+    from selskill.stages.round import format_summary, round_summary
+
+    summary = round_summary(RunConfig(exp="main", runs_dir=str(runs), round=1))
+    assert summary["paired_sr"]["valid_seen"]["diff"] == pytest.approx(0.25)
+    text = format_summary(summary)
+    assert "ΔSR R1 - init valid_seen (same 4 games, paired 95% CI): +25.0 [" in text
+    assert "SR=75.0 [" in text  # metrics carry their bootstrap interval

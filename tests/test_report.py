@@ -27,7 +27,7 @@ SECTIONS = [
     "### Entropy after the branch point: invoke vs skip arm (Figure 3 analogue)",
     "### Branch scores of local pairs by chosen arm",
     "### Skill calls per episode",
-    "### Chosen vs rejected environment steps",
+    "### Chosen vs rejected agent steps",
 ]
 
 
@@ -110,17 +110,17 @@ def test_pair_yield_equals_label_stats(built):
     md = rep.markdown.read_text()
     y = json.loads((exp / "round_1" / "label" / "stats" / "00000.json").read_text())["yield"]
     assert md_table(md, "### Pairs per task by kind") == [
-        ["R1", str(y["tasks"]), str(y["pairs"]), "1.50 (3)", "1.50 (3)", "66.7% (2)"]
+        ["R1", str(y["tasks"]), str(y["pairs"]), "1.50 (3)", "2.00 (4)", "75.0% (3)"]
     ]
     assert md_table(md, "### Pairs by kind and reason") == [
         ["R1", k, str(n), f"{n / y['tasks']:.2f}"] for k, n in sorted(y["pairs_by_reason"].items())
     ]
     assert md_table(md, "### Discarded (why no pair was kept)") == [
         ["R1", "local_both_failed", "1"],
-        ["R1", "local_tie", "1"],
     ]
-    gaps = md_table(md, "### Chosen vs rejected environment steps")
-    assert ["R1", "local/efficiency", "2", "3.5", "7.5", "-4.0"] in gaps
+    gaps = md_table(md, "### Chosen vs rejected agent steps")
+    # agent steps: the invoke arms' skill call is one step for two commands
+    assert ["R1", "local/efficiency", "3", "3.7", "6.7", "-3.0"] in gaps
 
 
 def test_entropy_table_shows_invoke_hotter_than_skip(built):

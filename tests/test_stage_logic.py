@@ -69,7 +69,7 @@ def _fork(fid, arm, success, steps, malformed=0, prefix=(1, 2, 3), err=False):
         "fork_id": fid,
         "arm": arm,
         "success": success,
-        "env_steps_after_branch": steps,
+        "steps_after_branch": steps,
         "malformed_after_branch": malformed,
         "termination": "error" if err else ("won" if success else "step_limit"),
         "token_ids": list(prefix) + tail,
@@ -110,10 +110,25 @@ def test_success_beats_failure_and_best_per_arm():
 def test_efficiency_ties_and_both_failed():
     d = Counter()
     p = local_pair(BRANCH, [_fork("i0", "invoke", True, 7), _fork("s0", "skip", True, 4)], 3, d)
-    assert p["label_reason"] == "efficiency" and p["chosen_arm"] == "skip" and p["chosen_env_steps"] == 4
+    assert p["label_reason"] == "efficiency" and p["chosen_arm"] == "skip" and p["chosen_steps"] == 4
     assert local_pair(BRANCH, [_fork("i0", "invoke", True, 4), _fork("s0", "skip", True, 4)], 3, d) is None
     assert local_pair(BRANCH, [_fork("i0", "invoke", False, 4), _fork("s0", "skip", False, 2)], 3, d) is None
     assert d == {"local_tie": 1, "local_both_failed": 1}
+
+
+def test_efficiency_counts_decisions_not_environment_commands():
+    d = Counter()
+    # heat_object runs `go to microwave 1` + `heat ...` in one call: the same two commands as
+    # the skip arm's two actions, one decision fewer, so invoking wins
+    inv, skp = _fork("i0", "invoke", True, 3), _fork("s0", "skip", True, 4)
+    inv["env_steps_after_branch"] = skp["env_steps_after_branch"] = 4
+    p = local_pair(BRANCH, [inv, skp], 3, d)
+    assert p["label_reason"] == "efficiency" and p["chosen_arm"] == "invoke"
+    assert (p["chosen_steps"], p["rejected_steps"]) == (3, 4)
+    # a redundant memory call runs no command but costs a decision: skipping wins
+    inv, skp = _fork("i0", "invoke", True, 5), _fork("s0", "skip", True, 4)
+    inv["env_steps_after_branch"] = skp["env_steps_after_branch"] = 4
+    assert local_pair(BRANCH, [inv, skp], 3, d)["chosen_arm"] == "skip"
 
 
 def test_malformed_chosen_side_is_never_kept_and_errors_are_ignored():
@@ -146,7 +161,8 @@ def _rollout(rid, success, steps, malformed=0, err=False):
         "task_type": "x",
         "round": 1,
         "success": success,
-        "env_steps": steps,
+        "n_turns": steps,
+        "env_steps": 100 - steps,  # environment commands do not decide: agent steps do
         "n_malformed": malformed,
         "termination": "error" if err else ("won" if success else "step_limit"),
         "n_prompt_tokens": 2,
@@ -198,13 +214,18 @@ def _ep(success, calls, precise, steps, malformed=0, turns=10, task="t"):
 
 
 def test_metrics_equal_hand_computed_values():
-    rows = [_ep(True, 2, 1, 10), _ep(False, 1, 0, 30, malformed=2), _ep(True, 0, 0, 8), _ep(False, 0, 0, 50)]
+    rows = [
+        _ep(True, 2, 1, 10, turns=12),
+        _ep(False, 1, 0, 30, malformed=2, turns=31),
+        _ep(True, 0, 0, 8, turns=8),
+        _ep(False, 0, 0, 50, turns=47),
+    ]
     m = compute_metrics(rows, n_boot=200, seed=0)
     assert m["sr"] == 0.5
     assert m["exec_prec"] == pytest.approx(1 / 3)
     assert m["sr_invoke"] == 0.5 and m["sr_skip"] == 0.5
-    assert m["skill_per_ep"] == 0.75 and m["avg_steps"] == 24.5
-    assert m["malformed_rate"] == pytest.approx(2 / 40)
+    assert m["skill_per_ep"] == 0.75 and m["avg_steps"] == 24.5  # agent steps: (12 + 31 + 8 + 47) / 4
+    assert m["malformed_rate"] == pytest.approx(2 / 98)
     lo, hi = m["ci"]["sr"]
     assert 0 <= lo <= 0.5 <= hi <= 1
     assert compute_metrics([_ep(True, 0, 0, 5)], n_boot=10)["exec_prec"] is None

@@ -105,7 +105,8 @@ FORK_SCHEMA = pa.schema(
         ("prefix_len", pa.int32()),  # token_ids[:prefix_len] equal the source rollout's prefix
         *_PER_TOKEN,  # full sequence: prefix + continuation
         *_EPISODE_OUTCOME,
-        ("env_steps_after_branch", pa.int32()),
+        ("env_steps_after_branch", pa.int32()),  # environment commands from the branch turn on
+        ("steps_after_branch", pa.int32()),  # agent steps (assistant turns) from the branch turn on
         ("malformed_after_branch", pa.int32()),
     ]
 )
@@ -135,8 +136,9 @@ PAIR_SCHEMA = pa.schema(
         ("label_reason", pa.string()),  # success_vs_failure | efficiency
         ("chosen_success", pa.bool_()),
         ("rejected_success", pa.bool_()),
-        ("chosen_env_steps", pa.int32()),  # after the branch for local pairs; whole episode for episode pairs
-        ("rejected_env_steps", pa.int32()),
+        # agent steps (assistant turns): after the branch for local pairs, the whole episode for episode pairs
+        ("chosen_steps", pa.int32()),
+        ("rejected_steps", pa.int32()),
         ("chosen_arm", pa.string()),  # invoke | skip ("" for episode pairs)
         ("rejected_arm", pa.string()),
         ("branch_id", pa.string()),

@@ -33,12 +33,17 @@ TASK_TYPES: tuple[str, ...] = (
     "pick_two_obj_and_place",
 )
 SPLITS: tuple[str, ...] = ("train", "valid_seen", "valid_unseen")
-SIZES: tuple[str, ...] = ("small", "real")
+SIZES: tuple[str, ...] = ("tiny", "small", "real")
 GENERATOR_VERSION = 1
 
-# Scene sizes for `small`: what a small CPU policy can learn to explore.
-SMALL_RECEPTACLES = (8, 15)
-SMALL_OBJECTS = (15, 30)
+# The scale ladder: (receptacles, objects) ranges per generated size; `real` keeps the floor
+# plan's whole receptacle set and ALFWorld's per-type instance counts. `tiny` is the CPU scale
+# (a policy trained from scratch on 2 cores learns it; docs/benchmarks.md, "Scale ladder"),
+# `small` the scale where such a policy stops learning the task logic.
+SCALE: dict[str, tuple[tuple[int, int], tuple[int, int]]] = {
+    "tiny": ((3, 5), (4, 8)),
+    "small": ((8, 15), (15, 30)),
+}
 
 # The appliance a task type needs, and the command that uses it.
 APPLIANCE = {
@@ -122,7 +127,9 @@ class Game:
 
     @property
     def trial_name(self) -> str:
-        return f"trial_s{self.seed}_{self.index:05d}"
+        # sizes other than `small` (the first one) carry their name: one games folder can hold
+        # several scales without one game overwriting another
+        return f"trial_s{self.seed}_{self.index:05d}" + ("" if self.size == "small" else f"_{self.size}")
 
 
 # ---------------------------------------------------------------------------------------
@@ -330,8 +337,8 @@ def _sample_scene_and_task(task_type: str, split: str, size: str, rng: random.Ra
         fp = rng.choice(plans)
         receps = _all_receptacles(fp, rng)
         obj_types = _movable_object_types(fp, prior)
-        if size == "small":
-            receps = _subsample_receptacles(receps, task_type, rng)
+        if size in SCALE:
+            receps = _subsample_receptacles(receps, task_type, SCALE[size][0], rng)
         recep_types = sorted({t for _, t, _ in receps})
         task = _pick_task(task_type, fp, recep_types, obj_types, prior, rng)
         if task is None:
@@ -342,8 +349,8 @@ def _sample_scene_and_task(task_type: str, split: str, size: str, rng: random.Ra
     raise GenerationError(f"no floor plan of split {split!r} fits {task_type!r} after 200 draws")
 
 
-def _subsample_receptacles(receps, task_type: str, rng: random.Random):
-    lo, hi = SMALL_RECEPTACLES
+def _subsample_receptacles(receps, task_type: str, bounds: tuple[int, int], rng: random.Random):
+    lo, hi = bounds
     n = rng.randint(lo, hi)
     if len(receps) <= n:
         return receps
@@ -378,8 +385,8 @@ def _populate(fp, receps, obj_types, task, task_type, size, rng, prior) -> Scene
 
     # how many instances of each type
     counts: dict[str, int] = {}
-    if size == "small":
-        lo, hi = SMALL_OBJECTS
+    if size in SCALE:
+        lo, hi = SCALE[size][1]
         target_total = rng.randint(lo, hi)
         pool = [t for t in obj_types if any(_placement_weights(t, recep_types, prior))]
         while sum(counts.values()) < target_total and pool:

@@ -80,7 +80,9 @@ class InitConfig:
     """Recipe keys of the init stage (`init_` prefix: they share one flat recipe with TRL's)."""
 
     init_games_per_type: int = field(default=40, metadata={"help": "generated train games per task type"})
-    init_game_size: str = field(default="small", metadata={"help": "generated scene size: small or real"})
+    init_game_size: str = field(
+        default="small", metadata={"help": "generated scene size: tiny, small or real"}
+    )
     init_max_env_steps: int = field(
         default=DEFAULT_MAX_ENV_STEPS, metadata={"help": "demos needing more environment steps are dropped"}
     )

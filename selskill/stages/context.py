@@ -23,7 +23,9 @@ from selskill.skills import load_alfworld_skills
 class GamesConfig:
     """Generated games (the offline default); ignored when use_alfworld_data is set."""
 
-    games_size: str = field(default="small", metadata={"help": "small or real scenes"})
+    games_size: str = field(
+        default="small", metadata={"help": "generated scene size: tiny, small or real (the scale ladder)"}
+    )
     games_train_per_type: int = field(default=4, metadata={"help": "generated train games per task type"})
     games_eval_per_type: int = field(
         default=4, metadata={"help": "generated valid_seen/valid_unseen games per type"}

@@ -113,6 +113,8 @@ def run_fork(run: RunConfig, pol: PolicyConfig, rollout: RolloutConfig, cfg: For
                     "prefix_len": b["token_offset"],
                     **row,
                     "env_steps_after_branch": row["env_steps"] - b["source_env_steps_before"],
+                    # agent decisions from the branch turn on (the label's efficiency measure)
+                    "steps_after_branch": row["n_turns"] - b["turn_index"],
                     "malformed_after_branch": sum(
                         1 for t in row["turns"][b["turn_index"] :] if t["kind"] == "malformed"
                     ),

@@ -1,10 +1,17 @@
 """Label stage: preference pairs by outcome, then efficiency.
 
 Local pairs compare the best invoke continuation with the best skip continuation of one
-branch point: success beats failure; if both succeed, fewer environment steps after the
-branch wins (ties dropped); if both fail, the point is dropped. Episode pairs compare, per
-task, the shortest successful sample with up to `label_episode_max_rejected` of the
-longest failures. A side that contains a malformed turn is never chosen, and episodes the
+branch point: success beats failure; if both succeed, fewer steps after the branch wins
+(ties dropped); if both fail, the point is dropped. Episode pairs compare, per task, the
+shortest successful sample with up to `label_episode_max_rejected` of the longest failures.
+
+A step is one agent decision: an action, a skill call (memory or executable, precise or
+not) or a malformed turn, i.e. one assistant turn (`n_turns`). Counted in environment
+commands instead, a memory call costs nothing and an executable call costs exactly the
+actions it runs, so invoking could never win on efficiency and a redundant call could never
+lose: every earlier round measured here had no invoke-preferred local pair. Counted in
+decisions, a useful executable skill saves steps (one call for several actions) and a
+redundant or premature call wastes one, as in the paper's Table 8. A side that contains a malformed turn is never chosen, and episodes the
 engine broke (`error`) are never used. Every pair carries, per completion token, its role
 and assistant-turn index counted from the branch, so the trainer can build the n-turn loss
 window for any n; the default mask (the recipe's n) is stored as well.
@@ -93,8 +100,8 @@ def _pair(
         "label_reason": reason,
         "chosen_success": bool(c_row["success"]),
         "rejected_success": bool(r_row["success"]),
-        "chosen_env_steps": int(c_steps),
-        "rejected_env_steps": int(r_steps),
+        "chosen_steps": int(c_steps),
+        "rejected_steps": int(r_steps),
         "chosen_arm": c_arm,
         "rejected_arm": r_arm,
         "branch_id": b.get("branch_id", ""),
@@ -113,9 +120,9 @@ def episode_pairs(rollouts: list[dict], max_rejected: int, discards: Counter) ->
     """Per task: shortest clean success vs up to `max_rejected` longest failures."""
     usable = [r for r in rollouts if r["termination"] != "error"]
     discards["episode_env_error"] += len(rollouts) - len(usable)
-    wins = sorted((r for r in usable if r["success"]), key=lambda r: (r["env_steps"], r["rollout_id"]))
+    wins = sorted((r for r in usable if r["success"]), key=lambda r: (r["n_turns"], r["rollout_id"]))
     clean = [r for r in wins if r["n_malformed"] == 0]
-    losses = sorted((r for r in usable if not r["success"]), key=lambda r: (-r["env_steps"], r["rollout_id"]))
+    losses = sorted((r for r in usable if not r["success"]), key=lambda r: (-r["n_turns"], r["rollout_id"]))
     if not wins or not losses:
         discards["episode_no_contrast"] += 1
         return []
@@ -143,8 +150,8 @@ def episode_pairs(rollouts: list[dict], max_rejected: int, discards: Counter) ->
                 "success_vs_failure",
                 best,
                 loss,
-                best["env_steps"],
-                loss["env_steps"],
+                best["n_turns"],
+                loss["n_turns"],
                 c_src=best["rollout_id"],
                 r_src=loss["rollout_id"],
             )
@@ -162,7 +169,7 @@ def _best(forks: list[dict]) -> dict | None:
         key=lambda f: (
             not f["success"],
             f["malformed_after_branch"] > 0,
-            f["env_steps_after_branch"],
+            f["steps_after_branch"],
             f["fork_id"],
         ),
     )
@@ -183,13 +190,11 @@ def local_pair(branch: dict, forks: list[dict], window_n: int, discards: Counter
     elif not inv["success"]:
         discards["local_both_failed"] += 1
         return None
-    elif inv["env_steps_after_branch"] == skp["env_steps_after_branch"]:
+    elif inv["steps_after_branch"] == skp["steps_after_branch"]:
         discards["local_tie"] += 1
         return None
     else:
-        winner, loser = (
-            (inv, skp) if inv["env_steps_after_branch"] < skp["env_steps_after_branch"] else (skp, inv)
-        )
+        winner, loser = (inv, skp) if inv["steps_after_branch"] < skp["steps_after_branch"] else (skp, inv)
         reason = "efficiency"
     if winner["malformed_after_branch"] > 0:
         discards["local_chosen_malformed"] += 1
@@ -214,8 +219,8 @@ def local_pair(branch: dict, forks: list[dict], window_n: int, discards: Counter
         reason,
         winner,
         loser,
-        winner["env_steps_after_branch"],
-        loser["env_steps_after_branch"],
+        winner["steps_after_branch"],
+        loser["steps_after_branch"],
         branch=branch,
         c_arm=winner["arm"],
         r_arm=loser["arm"],

@@ -13,13 +13,17 @@ Every piece is an ordinary round of an ordinary experiment, so it resumes like a
   round-1 samples and rerun branch -> fork -> label -> train -> eval with another
   `branch_strategy`; a strategy whose round yields no trainable pair is reported with its
   yield and no SR instead of stopping the benchmark (a pair-set variant with no pair is skipped).
-The summary (`runs/<exp>/ablations.md` + `.json`) reads only files the rounds wrote.
+The summary reads only files the rounds wrote: `runs/<exp>/ablations.md` (the tables) and
+`runs/<exp>/results.json` (the same numbers machine-readably, with the paired SR differences,
+the issue's targets checked, the stage seconds and the commit the code ran on).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import subprocess
+import time
 from pathlib import Path
 
 from selskill.config import load_recipe
@@ -129,6 +133,86 @@ def summary_rows(runs_dir: str, main: str, split: str = "valid_seen") -> dict:
     }
 
 
+def code_version() -> dict:
+    """The commit the benchmark ran on, and whether the work tree differed from it."""
+    root = Path(__file__).resolve().parents[2]
+    try:
+        commit = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True, text=True, check=True,
+        ).stdout.strip()  # fmt: skip
+    except (OSError, subprocess.CalledProcessError):
+        return {"commit": None, "dirty": None}
+    return {"commit": commit, "dirty": bool(dirty)}
+
+
+def paired_differences(runs_dir: str, main: str, split: str, n_boot: int = 2000, seed: int = 0) -> dict:
+    """Paired SR differences (same games) of R1 vs init and R2 vs R1, with bootstrap CIs."""
+    from selskill.report import load_round, paired_sr
+
+    notes: list[str] = []
+    rows = {r: load_round(Path(runs_dir) / main, r, notes).eval_rows for r in (0, 1, 2)}
+    out = {}
+    for a, b in ((0, 1), (1, 2), (0, 2)):
+        if rows[a] and rows[b]:
+            out[f"R{b}-{'init' if a == 0 else f'R{a}'}"] = paired_sr(rows[a], rows[b], split, n_boot, seed)
+    return out
+
+
+def check_targets(summary: dict, paired: dict) -> dict:
+    """The issue's targets on the main line, each True/False (None where a number is missing)."""
+    m = {r["round"]: r["metrics"] for r in summary["main"]}
+
+    def delta(key, a=0, b=1):
+        x, y = m.get(a, {}).get(key), m.get(b, {}).get(key)
+        return None if x is None or y is None else y - x
+
+    d = paired.get("R1-init") or {}
+    sr_up = None if d.get("diff") is None else bool(d["diff"] >= 0.05 and d["ci"][0] > 0)
+    out = {
+        "r1_sr_up_5_points_paired_ci_above_0": sr_up,
+        "r1_exec_prec_up_15_points": None if delta("exec_prec") is None else delta("exec_prec") >= 0.15,
+        "r1_skill_per_ep_down": None if delta("skill_per_ep") is None else delta("skill_per_ep") < 0,
+        "r1_avg_steps_down": None if delta("avg_steps") is None else delta("avg_steps") < 0,
+        "r2_sr_at_least_r1": None if delta("sr", 1, 2) is None else delta("sr", 1, 2) >= 0,
+    }
+    return out
+
+
+def stage_seconds(runs_dir: str, exps: list[str]) -> dict:
+    """Seconds each experiment's stages recorded (linked stages counted once, in the main line)."""
+    from selskill.data.layout import StageDir
+    from selskill.stages.common import collect_stats
+
+    out: dict = {}
+    for exp in exps:
+        root = Path(runs_dir) / exp
+        total = 0.0
+        for rd in sorted(root.glob("round_*")):
+            if rd.is_symlink():
+                continue
+            r = int(rd.name.split("_", 1)[1])
+            for stage in sorted(p for p in rd.iterdir() if p.is_dir() and not p.is_symlink()):
+                if stage.name == "train":
+                    manifest = stage / "init_manifest.json"
+                    done = stage / "COMPLETED"
+                    for f in (manifest, done):
+                        if f.is_file():
+                            data = json.loads(f.read_text())
+                            secs = (data.get("timings") or {}).get("total_seconds") or data.get("seconds")
+                            if secs:
+                                total += float(secs)
+                                break
+                    continue
+                total += collect_stats(StageDir.of(runs_dir, exp, r, stage.name))["seconds"]
+        if root.is_dir():
+            out[exp] = round(total, 1)
+    return out
+
+
 def to_markdown(summary: dict) -> str:
     from selskill.metrics import LABELS, METRICS, format_value
 
@@ -161,6 +245,7 @@ def to_markdown(summary: dict) -> str:
 
 
 def run_replication(argv: list[str], ablations: bool = True) -> dict:
+    started = time.perf_counter()
     recipe = load_recipe(argv)
     runs_dir, main = recipe.run.runs_dir, recipe.run.exp
     for r in (1, 2):
@@ -186,8 +271,15 @@ def run_replication(argv: list[str], ablations: bool = True) -> dict:
             except NoTrainablePairs as exc:  # its pair yield is the result; the table shows no SR
                 print(f"skipping the training of {name}: {exc}")
     summary = summary_rows(runs_dir, main)
+    summary["paired_sr"] = paired_differences(runs_dir, main, summary["split"])
+    summary["targets"] = check_targets(summary, summary["paired_sr"])
+    variants = [f"{main}-{n}" for n in (*PAIR_VARIANTS, *BRANCH_VARIANTS)]
+    summary["stage_seconds"] = stage_seconds(runs_dir, [main, *variants])
+    summary["this_invocation_seconds"] = round(time.perf_counter() - started, 1)
+    summary["code"] = code_version()
+    summary["argv"] = list(argv)
     out = Path(runs_dir) / main
-    write_json_atomic(summary, out / "ablations.json")
+    write_json_atomic(summary, out / "results.json")
     text = to_markdown(summary)
     (out / "ablations.md").write_text(text)
     print(text)

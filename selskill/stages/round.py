@@ -98,6 +98,33 @@ def round_summary(run) -> dict:
         path = round_dir(run.runs_dir, run.exp, r) / "eval" / "metrics.json"
         if path.exists():
             out[f"metrics_round_{r}"] = json.loads(path.read_text())
+    out["paired_sr"] = paired_sr_vs_previous(run)
+    return out
+
+
+def _eval_outcomes(run, r: int) -> list[dict] | None:
+    from selskill.stages.common import read_stage
+
+    stage = StageDir.of(run.runs_dir, run.exp, r, "eval")
+    try:
+        table = read_stage(stage, "rollout")
+    except FileNotFoundError:
+        return None
+    return table.select(["task_id", "success"]).to_pylist()
+
+
+def paired_sr_vs_previous(run) -> dict:
+    """Per split: SR(round r) - SR(round r-1) on the same games, with a paired bootstrap CI."""
+    from selskill.metrics import paired_sr_difference
+
+    before, after = _eval_outcomes(run, run.round - 1), _eval_outcomes(run, run.round)
+    if not before or not after:
+        return {}
+    out = {}
+    for split in sorted({x["task_id"].split("/", 1)[0] for x in after}):
+        a = [x for x in before if x["task_id"].startswith(f"{split}/")]
+        b = [x for x in after if x["task_id"].startswith(f"{split}/")]
+        out[split] = paired_sr_difference(a, b)
     return out
 
 
@@ -114,6 +141,16 @@ def format_summary(summary: dict) -> str:
     for key in sorted(k for k in summary if k.startswith("metrics_round_")):
         for split, m in summary[key]["splits"].items():
             o = m["overall"]
-            vals = "  ".join(f"{LABELS[x]}={format_value(x, o.get(x))}" for x in METRICS)
+            vals = "  ".join(
+                f"{LABELS[x]}={format_value(x, o.get(x), o.get('ci', {}).get(x))}" for x in METRICS
+            )
             lines.append(f"  {key.replace('metrics_', '')} {split} (n={o['episodes']}): {vals}")
+    prev = "init" if summary["round"] == 1 else f"R{summary['round'] - 1}"
+    for split, d in (summary.get("paired_sr") or {}).items():
+        if d.get("diff") is not None:
+            lo, hi = d["ci"]
+            lines.append(
+                f"  ΔSR R{summary['round']} - {prev} {split} (same {d['tasks']} games, paired 95% CI): "
+                f"{100 * d['diff']:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}] points"
+            )
     return "\n".join(lines)
