@@ -31,12 +31,13 @@ def _cmd_verify_games(args: argparse.Namespace) -> int:
     from selskill.envs.alfworld import find_games
     from selskill.envs.verify import verify_games
 
-    index = find_games(args.dir, splits=args.split)
-    if index.skipped:
+    index = find_games(args.dir, splits=args.split, grammar=args.grammar)
+    if index.skipped or index.patched:
         print(index.summary(), file=sys.stderr)
-    report = verify_games(index, progress=not args.quiet)
+    report = verify_games(index, progress=not args.quiet, expert=args.expert, max_steps=args.max_steps)
     for task_id, reason in report.failures:
         print(f"NOT WINNABLE {task_id}: {reason}", file=sys.stderr)
+    print(report.summary())
     print(f"{report.winnable}/{report.total} winnable")
     return 0 if report.ok else 1
 
@@ -44,7 +45,7 @@ def _cmd_verify_games(args: argparse.Namespace) -> int:
 def _cmd_play(args: argparse.Namespace) -> int:
     from selskill.agent.play import play_game
 
-    return play_game(args.game_dir, walkthrough=args.walkthrough)
+    return play_game(args.game_dir, walkthrough=args.walkthrough, grammar=args.grammar)
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
@@ -123,6 +124,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     from selskill.envs.alfworld_gen import SIZES
+    from selskill.envs.alfworld_grammar import GRAMMAR_MODES
+    from selskill.envs.verify import DEFAULT_MAX_STEPS, EXPERTS
 
     parser = argparse.ArgumentParser(
         prog="selskill",
@@ -160,12 +163,35 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "verify-games",
-        help="check every game loads, has a task, is not already won, and its known solution wins",
+        help="check every game loads, has a task, is not already won, and can be won",
         description="Load every game under DIR (a gen-games root, or real ALFWorld data with json_2.1.1/) in "
-        "the real engine and replay its known solution. Prints 'N/M winnable'; exits 1 unless all are.",
+        "the real engine and show it can be won: a game with a stored walkthrough (generated games) replays "
+        "it; a game without one (real ALFWorld data) is played by an expert, selskill's own (no skill calls; "
+        "--expert ours, the default) or alfworld's hand-coded one (--expert handcoded). Old-grammar games "
+        "are patched in memory (--grammar strict refuses them). Prints 'won N (by ...); lost L (reasons); "
+        "skipped S (reasons); ...' and then 'N/M winnable'; a game an expert loses counts as not winnable. "
+        "Exits 1 unless all are winnable.",
     )
     p.add_argument("dir", help="games root")
-    p.add_argument("--split", nargs="+", help="only these splits (default: all present)")
+    p.add_argument("--split", nargs="+", help="only these splits (default: all present but valid_train)")
+    p.add_argument(
+        "--expert",
+        choices=EXPERTS,
+        default="ours",
+        help="who plays games without a walkthrough: ours (selskill's expert) or handcoded (alfworld's)",
+    )
+    p.add_argument(
+        "--max-steps",
+        type=int,
+        default=DEFAULT_MAX_STEPS,
+        help=f"step budget of the expert per game (default {DEFAULT_MAX_STEPS})",
+    )
+    p.add_argument(
+        "--grammar",
+        choices=GRAMMAR_MODES,
+        default="patch",
+        help="old-grammar games (put X in/on Y): patch in memory (default) or refuse (strict)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_verify_games)
 
@@ -177,7 +203,18 @@ def build_parser() -> argparse.ArgumentParser:
         '<tool_call>{"name": "heat_object"}</tool_call>. Type /skills to list skills, /quit to stop.',
     )
     p.add_argument("game_dir", help="trial directory holding game.tw-pddl and traj_data.json")
-    p.add_argument("--walkthrough", action="store_true", help="replay the game's known solution instead")
+    p.add_argument(
+        "--walkthrough",
+        action="store_true",
+        help="replay the game's stored walkthrough instead; a game without one (real ALFWorld data) is played "
+        "by selskill's expert (no skill calls), step by step",
+    )
+    p.add_argument(
+        "--grammar",
+        choices=GRAMMAR_MODES,
+        default="patch",
+        help="an old-grammar game (put X in/on Y): patch in memory (default) or refuse (strict)",
+    )
     p.set_defaults(func=_cmd_play)
 
     # Everything after `train` is the recipe's command line (TrlParser owns it, --help included); the

@@ -39,6 +39,14 @@ class RunConfig:
     use_alfworld_data: bool = field(
         default=False, metadata={"help": "read real ALFWorld games from $ALFWORLD_DATA instead of games_dir"}
     )
+    alfworld_grammar: str = field(
+        default="patch",
+        metadata={
+            "help": "real game files in alfworld's old grammar (`put X in/on Y`, 'You arrive at loc N'): "
+            "patch = move them to the new grammar (`move X to Y`) in memory when loaded, as alfworld's "
+            "scripts/patch_tw-pddl.py would on disk; strict = refuse them with an error naming the file"
+        },
+    )
     wandb_project: str = field(
         default="selskill", metadata={"help": "wandb project (offline unless a key is set)"}
     )
@@ -50,6 +58,9 @@ class RunConfig:
             )
         if self.round < 0:
             raise ValueError(f"round must be >= 0; got {self.round}")
+        from selskill.envs.alfworld_grammar import check_mode
+
+        check_mode(self.alfworld_grammar)
 
 
 @dataclass

@@ -221,3 +221,27 @@ def test_tokenizer_corpus_covers_prompt_skills_and_decisions(report):
         assert skill.body in joined
         assert render_skill_call(skill.name) in joined
     assert "<action>" in joined and "Admissible commands:" in joined
+
+
+def test_false_takes_are_untrained_wrong_moves_the_expert_recovers_from(games):
+    """At a searched receptacle without the task's object the expert first tries to take it from
+    there: "Nothing happens.", the turn is context only, and the expert's next (trained) turn moves on."""
+    mix = dataclasses.replace(DemoMix(), false_take=1.0, mistake=0.0)
+    demos = build_demos(games, mix=mix, seed=0).demos
+    found = 0
+    for demo in demos:
+        turns = [i for i, m in enumerate(demo.messages) if m["role"] == "assistant"]
+        for k in demo.untrained_turns:
+            i = turns[k]
+            action = parse_turn(demo.messages[i]["content"], ()).action
+            assert action.startswith("take ") and " from " in action
+            assert demo.messages[i + 1]["content"].startswith("Nothing happens.")
+            assert k + 1 < len(turns) and k + 1 not in demo.untrained_turns
+            nxt = parse_turn(demo.messages[turns[k + 1]]["content"], ()).action
+            assert nxt != action  # the recovery is not a repeat
+            found += 1
+    assert found >= len(games.games) // 4
+    # off (the default) draws nothing: the demonstrations are those of the plain mix
+    plain = build_demos(games, mix=dataclasses.replace(DemoMix(), mistake=0.0), seed=0).demos
+    again = build_demos(games, mix=dataclasses.replace(mix, false_take=0.0), seed=0).demos
+    assert [d.messages for d in plain] == [d.messages for d in again]

@@ -260,3 +260,25 @@ def test_a_failure_in_the_episode_process_is_raised_with_its_cause(policy, index
 
 def test_unpicklable_env_factory_plays_in_process(policy, index):
     assert not _runner(policy, index, concurrent_episodes=4).overlap
+
+
+def test_forced_invoke_tokens_follow_the_trained_tokenization():
+    """A BPE trained on rendered calls merges `"}`; the forced head must not end on a lone `"`."""
+    from selskill.agent.chat_tokens import ChatTokens
+    from selskill.policy.bootstrap import train_tokenizer
+
+    names = ["heat_object", "clean_object", "common_mistakes", "pick_and_place"]
+    corpus = [render_skill_call(n) + " " + render_action(f"go to desk {i}") for i in range(50) for n in names]
+    tok = train_tokenizer(corpus, vocab_size=300)
+    chat = ChatTokens(tok)
+    head, call = forced_prefix("invoke", "heat_object"), render_skill_call("heat_object")
+    trained = chat.encode(call)
+    forced = chat.encode_forced(head, call)
+    assert forced == trained[: len(forced)]  # a prefix of what the policy was trained to write
+    assert chat.decode(forced).startswith(head)
+    # the naive encoding of the head alone is not such a prefix (the bug this guards against)
+    naive = chat.encode(head)
+    assert naive != trained[: len(naive)]
+    assert chat.encode_forced("<action>") == chat.encode("<action>")  # no canonical: as before
+    with pytest.raises(ValueError, match="does not open"):
+        chat.encode_forced(head, render_skill_call("clean_object"))

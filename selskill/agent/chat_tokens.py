@@ -33,6 +33,26 @@ class ChatTokens:
     def encode(self, text: str) -> list[int]:
         return list(self.tokenizer.encode(text, add_special_tokens=False))
 
+    def encode_forced(self, prefix: str, canonical: str = "") -> list[int]:
+        """Tokens that open a turn with `prefix`, cut from the tokenization of `canonical`.
+
+        A prefix tokenized on its own can end on a token boundary the policy never produced:
+        a BPE that merges `"}` writes every trained call as `... object "}`, so a forced
+        `... object "` is a state no demonstration contains, and the measured invoke arms all
+        continued with malformed JSON. The shortest token prefix of the canonical decision
+        that covers `prefix` is what the policy itself would have emitted (it may run a few
+        characters past `prefix`, e.g. through that `"}`).
+        """
+        if not canonical:
+            return self.encode(prefix)
+        if not canonical.startswith(prefix):
+            raise ValueError(f"the forced prefix {prefix!r} does not open its decision {canonical!r}")
+        ids = self.encode(canonical)
+        for n in range(1, len(ids) + 1):
+            if self.decode(ids[:n]).startswith(prefix):
+                return ids[:n]
+        return ids
+
     def opening(self, messages: list[dict]) -> list[int]:
         """System + first observation, ending with the generation prompt of turn 0."""
         return self.encode(self._render(messages, add_generation_prompt=True))

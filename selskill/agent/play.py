@@ -30,9 +30,11 @@ def play_game(
     walkthrough: bool = False,
     read: Callable[[str], str] = input,
     out: Callable[[str], None] = print,
+    grammar: str = "patch",
 ) -> int:
+    """Interactive play; `walkthrough` replays the stored solution, or (real data has none) the expert's play."""
     record = record_for_trial(game_dir)
-    env = AlfworldEnv([record])
+    env = AlfworldEnv([record], grammar=grammar)
     library = load_alfworld_skills()
     executor = SkillExecutor(library)
     state = env.reset(record.task_id)
@@ -41,8 +43,17 @@ def play_game(
     if walkthrough:
         solution = known_solution(record)
         if not solution:
-            out(f"{record.path} has no known solution to replay")
-            return 1
+            from selskill.envs.verify import DEFAULT_MAX_STEPS
+            from selskill.policy.demos import play_expert
+
+            out(
+                f"[{record.path} stores no walkthrough (real ALFWorld data carries none): "
+                "selskill's expert plays it instead, without skill calls]"
+            )
+            solution, _, reason = play_expert(env, record, max_env_steps=DEFAULT_MAX_STEPS)
+            if reason:
+                out(f"[the expert did not win ({reason}) in {len(solution)} steps; its moves follow]")
+            state = env.reset(record.task_id)
         for command in solution:
             out(f"> {command}")
             state = env.step(command)

@@ -66,6 +66,9 @@ class ForkStart:
     env_steps_before: int
     forced_text: str
     cache_from: str | None = None  # key of a stored KV prefix (see Policy.prefill)
+    # the whole decision `forced_text` opens, as the policy was trained to write it: the forced
+    # tokens are cut from its tokenization (`ChatTokens.encode_forced`)
+    forced_canonical: str = ""
 
 
 @dataclass
@@ -187,7 +190,7 @@ class EpisodeHost:
                 ep.turns = [dict(t) for t in f.turns]
                 ep.messages = [dict(m) for m in f.messages]
                 ep.env_steps = f.env_steps_before
-                ep.forced_ids = self.chat.encode(f.forced_text)
+                ep.forced_ids = self.chat.encode_forced(f.forced_text, f.forced_canonical)
                 ep.n_prompt_tokens = sum(1 for r in f.role if r == ROLE_PROMPT)
         except EnvError as exc:
             ep.termination, ep.error = "error", str(exc)

@@ -4,6 +4,11 @@ Both sources share one layout (`<split>/<task dir>/<trial>/{game.tw-pddl,traj_da
 so one loader serves them. The engine object is created once and games are `load()`ed into
 it: every new PddlEnv loads its own libdownward copy and never frees it. Planner output
 (`policy_commands`) is never requested: it replans on every step and can take minutes.
+
+Game files in alfworld's old grammar (`put X in/on Y`) are detected when indexed and loaded,
+and patched in memory unless `grammar="strict"` (selskill/envs/alfworld_grammar.py says why).
+Real data may also ship `valid_train` (train games alfworld sets apart for evaluation): it is a
+split of its own, indexed only when asked for, so "all splits" never counts train games twice.
 """
 
 from __future__ import annotations
@@ -17,12 +22,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from selskill.envs.alfworld_gen import SPLITS, TASK_TYPES
+from selskill.envs.alfworld_grammar import (
+    OldGrammarError,
+    check_mode,
+    is_old_grammar,
+    patch_game,
+    strict_error,
+)
 from selskill.envs.base import EnvError, EnvState, replay_commands
 
 GAME_FILE = "game.tw-pddl"
 TRAJ_FILE = "traj_data.json"
 REAL_DATA_DIR = "json_2.1.1"
 _TASK_RE = re.compile(r"Your task is to: (.*?)\s*$", re.S)
+# splits a data root may hold: the generated three, plus real data's `valid_train`, which is
+# only indexed when named (it repeats train games)
+REAL_ONLY_SPLITS: tuple[str, ...] = ("valid_train",)
+KNOWN_SPLITS: tuple[str, ...] = SPLITS + REAL_ONLY_SPLITS
 
 
 @dataclass(frozen=True)
@@ -31,22 +47,30 @@ class GameRecord:
     path: str  # the game.tw-pddl file
     task_type: str
     split: str
+    old_grammar: bool = False  # alfworld's old grammar: patched in memory at load
 
 
 @dataclass
 class GameIndex:
-    """The playable games under a root, and what was skipped and why."""
+    """The playable games under a root, what was skipped and why, and how many need the grammar patch."""
 
     root: str
     games: list[GameRecord] = field(default_factory=list)
     skipped: Counter = field(default_factory=Counter)
+    grammar: str = "patch"
 
     def by_id(self) -> dict[str, GameRecord]:
         return {g.task_id: g for g in self.games}
 
+    @property
+    def patched(self) -> int:
+        """Indexed games in alfworld's old grammar, which `AlfworldEnv` patches when it loads them."""
+        return sum(1 for g in self.games if g.old_grammar)
+
     def summary(self) -> str:
         skipped = ", ".join(f"{k}={v}" for k, v in sorted(self.skipped.items())) or "none"
-        return f"{len(self.games)} games under {self.root} (skipped: {skipped})"
+        patched = f", {self.patched} patched from alfworld's old grammar" if self.patched else ""
+        return f"{len(self.games)} games under {self.root} (skipped: {skipped}{patched})"
 
 
 def data_root(root: str | os.PathLike | None = None) -> Path:
@@ -65,8 +89,13 @@ def data_root(root: str | os.PathLike | None = None) -> Path:
     return root
 
 
-def _skip_reason(trial: Path, traj: dict | None, task_types: Iterable[str]) -> str | None:
-    text = str(trial)
+def _skip_reason(rel: Path, traj: dict | None, task_types: Iterable[str]) -> str | None:
+    """Why the trial at `rel` (its path below the data root) is not indexed, from its path and traj_data.
+
+    Only the path below the root is matched: a root under a folder named e.g. `Sliced_copy`
+    must not skip every game.
+    """
+    text = rel.as_posix()
     if "movable" in text:
         return "movable"
     if "Sliced" in text:
@@ -80,56 +109,82 @@ def _skip_reason(trial: Path, traj: dict | None, task_types: Iterable[str]) -> s
         return "sliced"
     if params.get("toggle_target") == "FloorLamp":
         return "floorlamp"  # FloorLamp games cannot be won in the TextWorld engine
+    return None
+
+
+def _read_game(trial: Path) -> tuple[str | None, dict | None]:
+    """(skip reason, game data) of the trial's game file."""
     game = trial / GAME_FILE
     if not game.is_file():
-        return "missing_game_file"
+        return "missing_game_file", None
     try:
         with open(game) as f:
-            solvable = json.load(f).get("solvable")
+            data = json.load(f)
     except (OSError, ValueError):
-        return "unreadable_game_file"
+        return "unreadable_game_file", None
+    solvable = data.get("solvable")
     if solvable is None:
-        return "missing_solvable_flag"
+        return "missing_solvable_flag", None
     if not solvable:
-        return "unsolvable"
-    return None
+        return "unsolvable", None
+    return None, data
 
 
 def find_games(
     root: str | os.PathLike | None = None,
     splits: str | Sequence[str] | None = None,
     task_types: Iterable[str] = TASK_TYPES,
+    grammar: str = "patch",
 ) -> GameIndex:
-    """Index the games of `splits` (default: all present) under a real or generated root."""
+    """Index the games of `splits` under a real or generated root.
+
+    Default: every split present but `valid_train` (which repeats train games), or
+    `valid_train` when it is the only one.
+
+    `grammar`: "patch" indexes old-grammar games (flagged, patched at load); "strict" raises
+    `OldGrammarError` naming the first such file.
+    """
+    check_mode(grammar)
     base = data_root(root)
     if isinstance(splits, str):
         splits = [splits]
-    splits = list(splits) if splits is not None else [s for s in SPLITS if (base / s).is_dir()]
+    if splits is None:
+        splits = [s for s in SPLITS if (base / s).is_dir()] or [
+            s for s in REAL_ONLY_SPLITS if (base / s).is_dir()
+        ]
+    splits = list(splits)
     for split in splits:
-        if split not in SPLITS:
-            raise ValueError(f"unknown split {split!r}; choose from {', '.join(SPLITS)}")
+        if split not in KNOWN_SPLITS:
+            raise ValueError(f"unknown split {split!r}; choose from {', '.join(KNOWN_SPLITS)}")
     if not any((base / s).is_dir() for s in splits):
         raise FileNotFoundError(
             f"{base} has none of the splits {', '.join(splits)}: expected {base}/<split>/<task>/<trial>/{GAME_FILE}"
         )
     task_types = tuple(task_types)
-    index = GameIndex(root=str(base))
+    index = GameIndex(root=str(base), grammar=grammar)
     for split in splits:
         split_dir = base / split
         if not split_dir.is_dir():
             continue
         for traj_path in sorted(split_dir.rglob(TRAJ_FILE)):
             trial = traj_path.parent
+            rel = trial.relative_to(base)
             try:
                 traj = json.loads(traj_path.read_text())
             except (OSError, ValueError):
                 traj = None
-            reason = _skip_reason(trial, traj, task_types)
+            reason = _skip_reason(rel, traj, task_types)
+            data = None
+            if reason is None:
+                reason, data = _read_game(trial)
             if reason:
                 index.skipped[reason] += 1
                 continue
-            task_id = trial.relative_to(base).as_posix()
-            index.games.append(GameRecord(task_id, str(trial / GAME_FILE), traj["task_type"], split))
+            old = is_old_grammar(data)
+            if old and grammar == "strict":
+                raise strict_error(str(trial / GAME_FILE))
+            record = GameRecord(rel.as_posix(), str(trial / GAME_FILE), traj["task_type"], split, old)
+            index.games.append(record)
     return index
 
 
@@ -147,9 +202,14 @@ def record_for_trial(trial_dir: str | os.PathLike) -> GameRecord:
         traj = json.loads((trial / TRAJ_FILE).read_text())
     except (OSError, ValueError) as exc:
         raise FileNotFoundError(f"{trial / TRAJ_FILE} is missing or unreadable ({exc})") from None
+    try:
+        with open(game) as f:
+            old = is_old_grammar(json.load(f))
+    except (OSError, ValueError) as exc:
+        raise FileNotFoundError(f"{game} is unreadable ({exc})") from None
     parts = trial.resolve().parts
-    split = parts[-3] if len(parts) >= 3 and parts[-3] in SPLITS else ""
-    return GameRecord("/".join(parts[-3:]), str(game), traj.get("task_type", ""), split)
+    split = parts[-3] if len(parts) >= 3 and parts[-3] in KNOWN_SPLITS else ""
+    return GameRecord("/".join(parts[-3:]), str(game), traj.get("task_type", ""), split, old)
 
 
 def install_grammar_parse_cache() -> None:
@@ -283,11 +343,20 @@ def _make_engine():
 
 
 class AlfworldEnv:
-    """The `Env` protocol over alfworld's engine; one instance plays many games in turn."""
+    """The `Env` protocol over alfworld's engine; one instance plays many games in turn.
 
-    def __init__(self, games: GameIndex | Sequence[GameRecord]):
+    Each game file is read here and handed to the engine as data, so that an old-grammar
+    game is patched in memory (`grammar="patch"`, the default; `patched` lists them) or
+    refused (`grammar="strict"`, `OldGrammarError`) whatever the index said.
+    """
+
+    def __init__(self, games: GameIndex | Sequence[GameRecord], grammar: str | None = None):
         records = games.games if isinstance(games, GameIndex) else list(games)
+        if grammar is None:
+            grammar = games.grammar if isinstance(games, GameIndex) else "patch"
+        self.grammar = check_mode(grammar)
         self._games = {g.task_id: g for g in records}
+        self.patched: set[str] = set()  # task ids whose game was patched from the old grammar
         self._engine = None
         self._loaded: str | None = None
         self._task_id: str | None = None
@@ -320,9 +389,11 @@ class AlfworldEnv:
         try:
             if self._loaded != record.path:
                 self._loaded = None
-                self._engine.load(record.path)
+                self._engine.load(self._game_data(record))
                 self._loaded = record.path
             raw = self._engine.reset()
+        except OldGrammarError:
+            raise
         except Exception as exc:  # the engine's own errors (e.g. KeyError('val1') on broken games)
             raise EnvError(f"{task_id}: engine failed to load or reset: {exc!r}") from exc
         self._task_id = task_id
@@ -339,6 +410,16 @@ class AlfworldEnv:
             env_steps=0,
         )
         return self._state
+
+    def _game_data(self, record: GameRecord) -> dict:
+        with open(record.path) as f:
+            data = json.load(f)
+        if is_old_grammar(data):
+            if self.grammar == "strict":
+                raise strict_error(record.path)
+            data = patch_game(data)
+            self.patched.add(record.task_id)
+        return data
 
     def step(self, command: str) -> EnvState:
         if self._state is None:

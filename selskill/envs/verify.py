@@ -1,16 +1,25 @@
 """Check that games are playable before any policy touches them.
 
-A game that starts won, has no task text, or whose known solution does not win would
-silently corrupt success rates and preference labels downstream.
+A game that starts won, has no task text, or cannot be won would silently corrupt success
+rates and preference labels downstream. A game with a stored walkthrough (every generated
+game) is checked by replaying it. Real ALFWorld data carries none, so there a player must
+win the game instead: our expert (selskill/policy/demos.py, no skill calls; the default) or
+alfworld's hand-coded expert (`expert="handcoded"`). A game a player loses is reported
+lost with the reason ("expert_stuck", "step_limit"): not proof that it is unwinnable, but
+a game the demonstrations cannot use either.
 """
 
 from __future__ import annotations
 
 import json
+from collections import Counter
 from dataclasses import dataclass, field
 
 from selskill.envs.alfworld import AlfworldEnv, GameIndex, GameRecord
 from selskill.envs.base import EnvError
+
+EXPERTS = ("ours", "handcoded")
+DEFAULT_MAX_STEPS = 150  # per game, for the players; real scenes take up to ~60 steps
 
 
 @dataclass
@@ -18,42 +27,83 @@ class VerifyReport:
     total: int = 0
     winnable: int = 0
     failures: list[tuple[str, str]] = field(default_factory=list)  # (task_id, reason)
+    won_by: Counter = field(default_factory=Counter)  # "walkthrough" | "ours" | "handcoded" -> games
+    skipped: Counter = field(default_factory=Counter)  # the index's skip reasons
+    patched: int = 0  # games patched from alfworld's old grammar
 
     @property
     def ok(self) -> bool:
         return self.total > 0 and self.winnable == self.total
 
+    def summary(self) -> str:
+        by = ", ".join(f"{k} {v}" for k, v in sorted(self.won_by.items())) or "none"
+        skipped = ", ".join(f"{k}={v}" for k, v in sorted(self.skipped.items())) or "none"
+        lost = Counter(reason.split(":", 1)[0] for _, reason in self.failures)
+        lost_text = ", ".join(f"{k}={v}" for k, v in sorted(lost.items())) or "none"
+        return (
+            f"won {self.winnable} (by {by}); lost {len(self.failures)} ({lost_text}); "
+            f"skipped {sum(self.skipped.values())} ({skipped}); patched from old grammar {self.patched}"
+        )
+
 
 def known_solution(record: GameRecord) -> list[str] | None:
-    """The walkthrough stored with the game (generated games always carry one)."""
+    """The walkthrough stored with the game (generated games always carry one; real data none)."""
     with open(record.path) as f:
         walkthrough = json.load(f).get("walkthrough")
     return list(walkthrough) if walkthrough else None
 
 
-def verify_game(env: AlfworldEnv, record: GameRecord) -> str | None:
-    """None when the game is sound, else the reason it is not."""
+def verify_game(
+    env: AlfworldEnv,
+    record: GameRecord,
+    expert: str = "ours",
+    max_steps: int = DEFAULT_MAX_STEPS,
+    handcoded=None,
+) -> tuple[str | None, str]:
+    """(None when the game is sound, else the reason it is not; what showed it: walkthrough | ours | handcoded)."""
     try:
         state = env.reset(record.task_id)
     except EnvError as exc:
-        return f"load_error: {exc}"
+        return f"load_error: {exc}", "load"
     if not state.task or "UNKNOWN GOAL" in state.observation:
-        return "no_task_text"
+        return "no_task_text", "load"
     if state.won:
-        return "won_at_start"
+        return "won_at_start", "load"
     solution = known_solution(record)
-    if solution is None:
-        return "no_known_solution"
-    for i, command in enumerate(solution):
-        if command not in state.admissible_commands:
-            return f"solution_step_{i}_inadmissible: {command!r}"
-        state = env.step(command)
-    return None if state.won else "solution_does_not_win"
+    if solution is not None:
+        for i, command in enumerate(solution):
+            if command not in state.admissible_commands:
+                return f"solution_step_{i}_inadmissible: {command!r}", "walkthrough"
+            state = env.step(command)
+        return (None if state.won else "solution_does_not_win"), "walkthrough"
+    if expert == "handcoded":
+        from selskill.envs.handcoded import HandcodedPlayer
+
+        player = handcoded or HandcodedPlayer(env.grammar)
+        _, won, reason = player.play(record, max_steps)
+        return (None if won else reason), "handcoded"
+    from selskill.policy.demos import play_expert
+
+    try:
+        _, _, reason = play_expert(env, record, max_env_steps=max_steps)
+    except (EnvError, OSError, ValueError, KeyError) as exc:
+        reason = f"expert_error: {exc!r}"
+    return reason, "ours"
 
 
-def verify_games(index: GameIndex, progress: bool = False) -> VerifyReport:
+def verify_games(
+    index: GameIndex, progress: bool = False, expert: str = "ours", max_steps: int = DEFAULT_MAX_STEPS
+) -> VerifyReport:
+    """Verify every indexed game; games without a walkthrough are played by `expert`."""
+    if expert not in EXPERTS:
+        raise ValueError(f"expert must be one of {', '.join(EXPERTS)}; got {expert!r}")
     env = AlfworldEnv(index)
-    report = VerifyReport()
+    handcoded = None
+    if expert == "handcoded":
+        from selskill.envs.handcoded import HandcodedPlayer
+
+        handcoded = HandcodedPlayer(env.grammar)
+    report = VerifyReport(skipped=Counter(index.skipped))
     games = index.games
     if progress:
         from tqdm.auto import tqdm
@@ -61,9 +111,11 @@ def verify_games(index: GameIndex, progress: bool = False) -> VerifyReport:
         games = tqdm(games, desc="verify-games", unit="game")
     for record in games:
         report.total += 1
-        reason = verify_game(env, record)
+        reason, by = verify_game(env, record, expert=expert, max_steps=max_steps, handcoded=handcoded)
         if reason is None:
             report.winnable += 1
+            report.won_by[by] += 1
         else:
             report.failures.append((record.task_id, reason))
+    report.patched = len(env.patched)
     return report

@@ -124,6 +124,7 @@ class InitConfig:
     init_demo_second_memory: float = field(default=DemoMix.second_memory, metadata={"help": "see DemoMix"})
     init_demo_random_memory: float = field(default=DemoMix.random_memory, metadata={"help": "see DemoMix"})
     init_demo_mistake: float = field(default=DemoMix.mistake, metadata={"help": "see DemoMix"})
+    init_demo_false_take: float = field(default=DemoMix.false_take, metadata={"help": "see DemoMix"})
     init_demo_search: str = field(
         default=DemoMix.search,
         metadata={
@@ -486,6 +487,9 @@ def build_init_policy(
         fmt=fmt,
         listing_style=listing_style,
     )
+    if not settings["demo_mix"].get("false_take"):
+        # keys added later join the settings only when used: earlier builds stay reusable
+        settings["demo_mix"].pop("false_take", None)
     dagger = dagger or DaggerSettings()
     base_manifest: dict = {}
     if dagger.iterations:

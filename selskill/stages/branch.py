@@ -3,7 +3,7 @@
 Two pools, as in the paper: *post_skill* points are turns where the policy invoked a
 listed skill (the invoke/skip question is explicit there; the candidate skill is the one
 it invoked), *ordinary* points are turns where it acted directly (the candidate skill is
-the listed skill the policy itself rates most likely after a forced `<tool_call>`
+the listed skill whose whole call the policy itself rates most likely after a `<tool_call>`
 opening). Strategy `entropy` keeps the top-k of each pool by turn score; `random` draws
 k of each pool; `all_skill` keeps every post_skill point (the paper's Appendix E).
 
@@ -18,7 +18,7 @@ import random
 from dataclasses import dataclass, field
 
 from selskill.agent.parser import parse_turn
-from selskill.agent.turn_format import forced_prefix
+from selskill.agent.turn_format import render_skill_call
 from selskill.config import PolicyConfig, RunConfig
 from selskill.data.layout import StageDir
 from selskill.stages.common import (
@@ -117,9 +117,13 @@ def branch_candidates(row: dict, tokenizer, skill_names, cfg: BranchConfig) -> l
 
 
 def likeliest_skill(policy, prefix_ids: list[int], skill_names) -> str:
-    """The listed skill the policy rates most likely after a forced `<tool_call>` opening."""
+    """The listed skill the policy rates most likely to call here (its whole call, as trained).
+
+    Scored on the tokens of the rendered call: a call head cut after the name ends on a token
+    boundary the policy never produced (see `ChatTokens.encode_forced`).
+    """
     tok = policy.tokenizer
-    conts = [tok.encode(forced_prefix("invoke", s), add_special_tokens=False) for s in skill_names]
+    conts = [tok.encode(render_skill_call(s), add_special_tokens=False) for s in skill_names]
     if hasattr(policy, "score_continuations"):
         totals = policy.score_continuations(prefix_ids, conts)
     else:

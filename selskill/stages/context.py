@@ -126,7 +126,7 @@ def load_policy(pol: PolicyConfig, path: str, rollout: RolloutConfig, seed: int 
 
 def game_index(run: RunConfig, split: str) -> GameIndex:
     root = None if run.use_alfworld_data else run.games_dir
-    return find_games(root, splits=split)
+    return find_games(root, splits=split, grammar=run.alfworld_grammar)
 
 
 def ensure_games(run: RunConfig, games: GamesConfig, splits=("train", "valid_seen", "valid_unseen")) -> None:

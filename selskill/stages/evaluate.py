@@ -86,7 +86,7 @@ def evaluate_rows(
         if games_root is not None:
             from selskill.envs.alfworld import find_games
 
-            index = find_games(games_root, splits=split)
+            index = find_games(games_root, splits=split, grammar=run.alfworld_grammar)
         else:
             index = game_index(run, split)
         tasks = balanced_tasks(index.games, cfg.eval_max_tasks)

@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass, field
 
 from selskill.agent.runner import EpisodeSpec, ForkStart
-from selskill.agent.turn_format import forced_prefix
+from selskill.agent.turn_format import forced_prefix, render_skill_call
 from selskill.config import PolicyConfig, RunConfig
 from selskill.data.layout import StageDir
 from selskill.stages.common import (
@@ -43,7 +43,11 @@ def fork_start(source: dict, branch: dict, arm: str) -> ForkStart:
     t, offset = branch["turn_index"], branch["token_offset"]
     turns = source["turns"][:t]
     messages = json.loads(source["messages"])[: 2 + 2 * t]
-    text = forced_prefix("invoke", branch["candidate_skill"]) if arm == "invoke" else forced_prefix("skip")
+    if arm == "invoke":
+        text = forced_prefix("invoke", branch["candidate_skill"])
+        canonical = render_skill_call(branch["candidate_skill"])  # the call as demonstrations write it
+    else:
+        text = canonical = forced_prefix("skip")
     return ForkStart(
         token_ids=source["token_ids"][:offset],
         logprob=source["logprob"][:offset],
@@ -55,6 +59,7 @@ def fork_start(source: dict, branch: dict, arm: str) -> ForkStart:
         env_commands=[c for turn in turns for c in (turn["commands"] or [])],
         env_steps_before=branch["source_env_steps_before"],
         forced_text=text,
+        forced_canonical=canonical,
         cache_from=branch["branch_id"],
     )
 

@@ -54,6 +54,7 @@ def run_sample(
         policy = load_policy(pol, path, rollout, seed)
         runner = make_runner(policy, index, rollout, cfg.sample_temperature, cfg.sample_top_p)
         by_id = index.by_id()
+        stats.extra["games_patched_from_old_grammar"] = index.patched
         specs = []
         for task in mine:
             for k in range(cfg.sample_k):
