@@ -1,8 +1,8 @@
 """Real ALFWorld game files: old grammar patched at load, skip rules, splits, verify-games, the expert.
 
 The games are a 60-game sample of ALFWorld's 2.1.1 train split (old grammar, no walkthrough),
-found through $ALFWORLD_DATA (the folder holding json_2.1.1/, as the loader reads it) or
-../shared/data/alfworld-real-sample next to the repository; the tests skip without them.
+found through $ALFWORLD_DATA (the folder holding json_2.1.1/, as the loader reads it; CI sets
+it); the tests skip without them.
 """
 
 import json
@@ -18,21 +18,18 @@ from selskill.envs.base import EnvState
 from selskill.envs.verify import verify_games
 from selskill.policy.demos import Expert, TaskSpec, play_expert
 
-REPO = Path(__file__).resolve().parents[1]
-FALLBACK = REPO.parent / "shared" / "data" / "alfworld-real-sample"
-
 
 def _sample_root() -> Path | None:
-    for candidate in (os.environ.get("ALFWORLD_DATA"), FALLBACK):
-        if candidate and (data_root(candidate) / "train").is_dir():
-            return data_root(candidate)
+    candidate = os.environ.get("ALFWORLD_DATA")
+    if candidate and (data_root(candidate) / "train").is_dir():
+        return data_root(candidate)
     return None
 
 
 SAMPLE = _sample_root()
 needs_sample = pytest.mark.skipif(
     SAMPLE is None,
-    reason=f"real ALFWorld sample not found: set ALFWORLD_DATA to the folder holding json_2.1.1/ (or put it at {FALLBACK})",
+    reason="real ALFWorld games not found: set ALFWORLD_DATA to a folder holding json_2.1.1/train/ (ALFWorld's game files)",
 )
 
 
