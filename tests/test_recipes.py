@@ -101,8 +101,9 @@ def test_dry_run_counts_pairs_and_steps_like_the_trainer(tmp_path):
     ]
     run, policy, cfg = parse(argv)
     info = dry_run(run, policy, cfg, out=lambda s: None)
-    # 10 pairs, 4 per batch -> 3 batches per epoch, 3 epochs
-    assert info["pairs"] == 10 and info["steps"] == 9 == count_steps(10, cfg, 1)
+    # 10 pairs, 4 per batch -> 3 batches per epoch, the recipe's 2 epochs
+    assert cfg.num_train_epochs == 2
+    assert info["pairs"] == 10 and info["steps"] == 6 == count_steps(10, cfg, 1)
     assert info["warmup_steps"] == 1 and "round 0 model" in info["policy"]
     assert not (tmp_path / "t" / "round_1" / "train").exists()
 

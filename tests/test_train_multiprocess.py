@@ -53,7 +53,10 @@ def _train(root: Path, exp: str, launcher: list[str], *extra: str) -> dict:
     args = [
         "pipelines/train_dpo.py", "--config", "recipes/tiny.yaml", "--runs_dir", str(root), "--exp", exp,
         "--round", "1", "--max_steps", str(STEPS), "--learning_rate", "1e-3", "--logging_steps", "1",
-        "--save_strategy", "no", "--seed", "0", *extra,
+        "--save_strategy", "no", "--seed", "0",
+        # plain DPO: TRL's sft term averages chosen tokens per process, which sharding changes
+        "--loss_type", "sigmoid",
+        *extra,
     ]  # fmt: skip
     out = subprocess.run([*launcher, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, (out.stdout + out.stderr)[-4000:]

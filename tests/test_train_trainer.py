@@ -317,7 +317,9 @@ def _setup_run(tok, root: Path, n_pairs=16):
 def _argv(root, *extra):
     return [
         "--config", str(ROOT / "recipes" / "tiny.yaml"), "--runs_dir", str(root), "--exp", "t", "--round", "1",
-        "--learning_rate", "1e-3", "--logging_steps", "1", "--seed", "0", *extra,
+        "--learning_rate", "1e-3", "--logging_steps", "1", "--seed", "0",
+        "--loss_type", "sigmoid",  # plain DPO: its loss is log 2 while policy == reference
+        *extra,
     ]  # fmt: skip
 
 
