@@ -26,7 +26,7 @@ from selskill.envs.alfworld_grammar import (
     OldGrammarError,
     check_mode,
     is_old_grammar,
-    patch_game,
+    load_game,
     strict_error,
 )
 from selskill.envs.base import EnvError, EnvState, replay_commands
@@ -412,12 +412,8 @@ class AlfworldEnv:
         return self._state
 
     def _game_data(self, record: GameRecord) -> dict:
-        with open(record.path) as f:
-            data = json.load(f)
-        if is_old_grammar(data):
-            if self.grammar == "strict":
-                raise strict_error(record.path)
-            data = patch_game(data)
+        data, patched = load_game(record.path, self.grammar)
+        if patched:
             self.patched.add(record.task_id)
         return data
 

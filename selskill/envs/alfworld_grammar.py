@@ -118,3 +118,16 @@ def patch_game(game: Mapping) -> dict:
     if out.get("walkthrough"):
         out["walkthrough"] = [_PUT_COMMAND_RE.sub(r"move \1 to \2", c) for c in out["walkthrough"]]
     return out
+
+
+def load_game(path: str, mode: str) -> tuple[dict, bool]:
+    """A game file's data under `mode` ("patch" or "strict"), and whether it was patched."""
+    import json
+
+    with open(path) as f:
+        data = json.load(f)
+    if not is_old_grammar(data):
+        return data, False
+    if mode == "strict":
+        raise strict_error(path)
+    return patch_game(data), True

@@ -9,11 +9,10 @@ fallback moves are random: they are drawn from a generator seeded per game.
 
 from __future__ import annotations
 
-import json
 import random
 
 from selskill.envs.alfworld import GameRecord
-from selskill.envs.alfworld_grammar import check_mode, is_old_grammar, patch_game, strict_error
+from selskill.envs.alfworld_grammar import check_mode, load_game
 
 
 class HandcodedPlayer:
@@ -31,12 +30,7 @@ class HandcodedPlayer:
 
     def play(self, record: GameRecord, max_steps: int) -> tuple[int, bool, str | None]:
         """(steps played, won, None if won else the reason)."""
-        with open(record.path) as f:
-            data = json.load(f)
-        if is_old_grammar(data):
-            if self.grammar == "strict":
-                raise strict_error(record.path)
-            data = patch_game(data)
+        data, _ = load_game(record.path, self.grammar)
         if self._engine is None:
             self._engine = self._make()
         saved = random.getstate()

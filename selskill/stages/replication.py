@@ -29,7 +29,7 @@ from pathlib import Path
 from selskill.config import load_recipe
 from selskill.data.layout import round_dir
 from selskill.data.shards import write_json_atomic
-from selskill.stages.round import run_round
+from selskill.stages.round import paired_sr_between, run_round
 from selskill.train.run import NoTrainablePairs
 
 PAIR_VARIANTS: dict[str, dict[str, str]] = {
@@ -149,16 +149,13 @@ def code_version() -> dict:
     return {"commit": commit, "dirty": bool(dirty)}
 
 
-def paired_differences(runs_dir: str, main: str, split: str, n_boot: int = 2000, seed: int = 0) -> dict:
-    """Paired SR differences (same games) of R1 vs init and R2 vs R1, with bootstrap CIs."""
-    from selskill.report import load_round, paired_sr
-
-    notes: list[str] = []
-    rows = {r: load_round(Path(runs_dir) / main, r, notes).eval_rows for r in (0, 1, 2)}
+def paired_differences(runs_dir: str, main: str, split: str) -> dict:
+    """Paired SR differences (same games) of R1 vs init, R2 vs R1 and R2 vs init, with bootstrap CIs."""
     out = {}
     for a, b in ((0, 1), (1, 2), (0, 2)):
-        if rows[a] and rows[b]:
-            out[f"R{b}-{'init' if a == 0 else f'R{a}'}"] = paired_sr(rows[a], rows[b], split, n_boot, seed)
+        d = paired_sr_between(runs_dir, main, a, b).get(split)
+        if d is not None:
+            out[f"R{b}-{'init' if a == 0 else f'R{a}'}"] = d
     return out
 
 

@@ -102,10 +102,10 @@ def round_summary(run) -> dict:
     return out
 
 
-def _eval_outcomes(run, r: int) -> list[dict] | None:
+def _eval_outcomes(runs_dir: str, exp: str, r: int) -> list[dict] | None:
     from selskill.stages.common import read_stage
 
-    stage = StageDir.of(run.runs_dir, run.exp, r, "eval")
+    stage = StageDir.of(runs_dir, exp, r, "eval")
     try:
         table = read_stage(stage, "rollout")
     except FileNotFoundError:
@@ -115,9 +115,14 @@ def _eval_outcomes(run, r: int) -> list[dict] | None:
 
 def paired_sr_vs_previous(run) -> dict:
     """Per split: SR(round r) - SR(round r-1) on the same games, with a paired bootstrap CI."""
+    return paired_sr_between(run.runs_dir, run.exp, run.round - 1, run.round)
+
+
+def paired_sr_between(runs_dir: str, exp: str, a: int, b: int) -> dict:
+    """Per split: SR(round b) - SR(round a) on the same games ({} unless both were evaluated)."""
     from selskill.metrics import paired_sr_difference
 
-    before, after = _eval_outcomes(run, run.round - 1), _eval_outcomes(run, run.round)
+    before, after = _eval_outcomes(runs_dir, exp, a), _eval_outcomes(runs_dir, exp, b)
     if not before or not after:
         return {}
     out = {}
