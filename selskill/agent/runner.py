@@ -20,6 +20,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from selskill.agent.action_choice import ActionChoice, ActionVocabulary, check_action_choice
 from selskill.agent.chat_tokens import ChatTokens
 from selskill.agent.parser import parse_turn
 from selskill.agent.transcript import (
@@ -49,6 +50,12 @@ class RunnerConfig:
     # play episodes in a child process, half a batch at a time, so the environments step
     # while the policy generates (EpisodeRunner); needs a picklable env factory
     env_overlap: bool = True
+    # free: the policy writes any command; admissible: once it opens `<action>`, only admissible
+    # commands can follow (selskill/agent/action_choice.py)
+    action_choice: str = "free"
+
+    def __post_init__(self):
+        check_action_choice(self.action_choice)
 
 
 @dataclass
@@ -139,8 +146,9 @@ class EpisodeHost:
     def advance(self, group: int, capacity: int, generations=None) -> tuple[list[tuple], dict[str, dict]]:
         """Apply `generations` (one per live episode of `group`, in order), retire, refill.
 
-        Returns the group's next requests as (prompt_ids, seed, cache_key, cache_from) and the
-        rows of the episodes that ended, by episode id.
+        Returns the group's next requests as (prompt_ids, seed, cache_key, cache_from, choice) and
+        the rows of the episodes that ended, by episode id. `choice` is None, or with
+        admissible-action decoding the turn's (admissible commands, text already forced).
         """
         episodes = self._groups.setdefault(group, [])
         done: dict[str, dict] = {}
@@ -165,10 +173,17 @@ class EpisodeHost:
                 turn_seed(ep.spec.seed, len(ep.turns)),
                 ep.spec.episode_id,
                 ep.spec.fork.cache_from if ep.spec.fork else None,
+                self._choice(ep),
             )
             for ep in episodes
         ]
         return requests, done
+
+    def _choice(self, ep: _Episode) -> tuple[tuple[str, ...], str] | None:
+        if self.config.action_choice != "admissible":
+            return None
+        forced = self.chat.decode(ep.forced_ids) if ep.forced_ids else ""
+        return tuple(ep.env.state.admissible_commands), forced
 
     # -- episode lifecycle ---------------------------------------------------------------
 
@@ -382,6 +397,11 @@ class EpisodeRunner:
         )
         self._host_args = (env_factory, library, fmt, config, policy.tokenizer, chat_template_kwargs, listing)
         self.end_of_turn_id = ChatTokens(policy.tokenizer, chat_template_kwargs).end_of_turn_id
+        self._vocab = (
+            ActionVocabulary(policy.tokenizer, self.end_of_turn_id)
+            if config.action_choice == "admissible"
+            else None
+        )
         self.overlap = config.env_overlap and config.concurrent_episodes >= 2 and _picklable(self._host_args)
         self._host = None
 
@@ -441,8 +461,14 @@ class EpisodeRunner:
                     g = (g + 1) % groups
                     continue
                 batch = [
-                    GenerationRequest(ids, seed=seed, cache_key=key, cache_from=cache_from)
-                    for ids, seed, key, cache_from in requests[g]
+                    GenerationRequest(
+                        ids,
+                        seed=seed,
+                        cache_key=key,
+                        cache_from=cache_from,
+                        constraint=None if choice is None else ActionChoice(self._vocab, *choice),
+                    )
+                    for ids, seed, key, cache_from, choice in requests[g]
                 ]
                 generations = [gens[0] for gens in self.policy.generate(batch, params)]
                 if in_flight is not None:  # the other half's environments stepped meanwhile

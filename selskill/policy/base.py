@@ -34,6 +34,9 @@ class GenerationRequest:
     # naming it in `cache_from` reuses the longest common token prefix.
     cache_key: str | None = None
     cache_from: str | None = None
+    # restricts which tokens may be chosen (`selskill.agent.action_choice.ActionChoice`: `mask()`
+    # and `push(token_id)`); recorded logprobs stay the unconstrained policy's. n must be 1.
+    constraint: object | None = None
 
 
 @dataclass

@@ -315,6 +315,13 @@ class HFPolicy:
             mask = mask.index_select(0, index.cpu())
             next_pos = next_pos.index_select(0, index.cpu())
         R = sum(ns)
+        constraints = []
+        for r in requests:
+            if r.constraint is not None and r.n != 1:
+                raise ValueError(
+                    "a constrained generation request must have n=1 (one constraint state per row)"
+                )
+            constraints.extend([r.constraint] * r.n)
         generators = []
         for r in requests:
             for j in range(r.n):
@@ -330,7 +337,7 @@ class HFPolicy:
         reason = ["length"] * R
         for step in range(params.max_new_tokens):
             lp, ent = token_logprob_entropy(logits, self.entropy_chunk_rows, self.exact_entropy)
-            chosen = self._choose(logits, params, generators)
+            chosen = self._choose(self._constrain(logits, constraints, finished), params, generators)
             # one device->host transfer per step (not one per row): matters on GPU
             picked = torch.stack(
                 [chosen.float(), lp.gather(1, chosen.view(-1, 1)).flatten(), ent.float()]
@@ -341,6 +348,8 @@ class HFPolicy:
                     continue
                 tok = chosen_l[i]
                 tokens[i].append(tok)
+                if constraints[i] is not None:
+                    constraints[i].push(tok)
                 logps[i].append(lp_l[i])
                 ents[i].append(ent_l[i])
                 if tok in stop:
@@ -490,6 +499,24 @@ class HFPolicy:
         ]
         fed = len(valid)
         self._store(key, sequence[:fed], kv)
+
+    @staticmethod
+    def _constrain(logits: torch.Tensor, constraints: list, finished: list[bool]) -> torch.Tensor:
+        """The logits the next token is chosen from: -inf where a row's constraint forbids a token."""
+        masks = [(i, c.mask()) for i, c in enumerate(constraints) if c is not None and not finished[i]]
+        masks = [(i, m) for i, m in masks if m is not None]
+        if not masks:
+            return logits
+        out = logits.clone()
+        for i, (ids, keep) in masks:
+            index = torch.tensor(ids, dtype=torch.long, device=logits.device)
+            if keep:
+                row = torch.full_like(out[i], float("-inf"))
+                row[index] = out[i, index]
+                out[i] = row
+            else:
+                out[i, index] = float("-inf")
+        return out
 
     @staticmethod
     def _choose(logits: torch.Tensor, params: SamplingParams, generators) -> torch.Tensor:

@@ -289,6 +289,11 @@ class VLLMPolicy:
     ) -> list[list[Generation]]:
         if not requests:
             return []
+        if any(r.constraint is not None for r in requests):
+            raise ValueError(
+                "action_choice=admissible is implemented by the hf backend only: set policy_backend: hf "
+                "or action_choice: free"
+            )
         t0 = time.perf_counter()
         full_vocab = self.exact_entropy_rescore is True
         prompts, vparams, copies = [], [], []

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 
+from selskill.agent.action_choice import check_action_choice
 from selskill.agent.eval_modes import prompt_setup
 from selskill.agent.runner import EpisodeRunner, RunnerConfig
 from selskill.agent.turn_format import TurnFormat
@@ -77,9 +78,19 @@ class RolloutConfig:
             "the policy generates (false: everything in this process)"
         },
     )
+    action_choice: str = field(
+        default="free",
+        metadata={
+            "help": "free: the policy writes any command | admissible: once a turn opens <action>, only "
+            "admissible commands can follow (hf backend; skill calls stay free)"
+        },
+    )
     enable_thinking: bool = field(
         default=False, metadata={"help": "chat_template_kwargs enable_thinking (Qwen3)"}
     )
+
+    def __post_init__(self):
+        check_action_choice(self.action_choice)
 
     def turn_format(self) -> TurnFormat:
         return TurnFormat(
@@ -100,6 +111,7 @@ class RolloutConfig:
             concurrent_episodes=self.concurrent_episodes,
             listing_style=self.listing_style,
             env_overlap=self.env_overlap,
+            action_choice=self.action_choice,
         )
 
 

@@ -1,0 +1,103 @@
+"""Admissible-action decoding: once a turn opens `<action>`, only admissible commands can follow.
+
+A policy that writes its command freely can name a receptacle the room does not have or
+take an object that is not there; the environment answers "Nothing happens." and a small
+policy repeats itself until the step limit (docs/benchmarks.md, "Admissible-action
+decoding"). ALFWorld agents usually choose among the admissible commands instead. Here the
+choice stays the policy's own: it still decides whether to act or to call a skill, and
+which command to write, token by token; the constraint only removes the tokens that would
+leave every admissible command. Nothing before `<action>` (a think block, a skill call) is
+constrained.
+
+The decision is made on text, not on token ids, so any tokenization of a command is
+allowed: at each step a token is allowed when the turn's text after `<action>` followed
+by the token's text is still a prefix of some `COMMAND</action>`; once the text equals
+one, only the end-of-turn token is. While `<action>` has not been written, tokens that
+would complete it together with a command prefix are checked the same way.
+
+The logprob and entropy a backend records stay those of the policy's unconstrained
+distribution (what DPO trains and what branching scores); only the choice of the token
+is restricted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from selskill.agent.turn_format import ACTION_CLOSE, ACTION_OPEN
+
+ACTION_CHOICES = ("free", "admissible")
+
+
+def check_action_choice(value: str) -> str:
+    if value not in ACTION_CHOICES:
+        raise ValueError(f"action_choice must be one of {', '.join(ACTION_CHOICES)}; got {value!r}")
+    return value
+
+
+class ActionVocabulary:
+    """The text each token contributes, indexed for prefix lookups (built once per tokenizer)."""
+
+    def __init__(self, tokenizer, end_of_turn_id: int):
+        self.end_of_turn_id = int(end_of_turn_id)
+        special = set(getattr(tokenizer, "all_special_ids", []) or [])
+        size = len(tokenizer)
+        pieces = tokenizer.convert_ids_to_tokens(list(range(size)))
+        self.text_of: list[str] = []
+        self.by_text: dict[str, list[int]] = {}
+        self.closing: list[int] = []  # tokens holding '>': the only ones that can complete `<action>`
+        for i, piece in enumerate(pieces):
+            text = "" if piece is None or i in special else tokenizer.convert_tokens_to_string([piece])
+            self.text_of.append(text)
+            if not text:
+                continue
+            self.by_text.setdefault(text, []).append(i)
+            if ">" in text:
+                self.closing.append(i)
+        self.max_len = max((len(t) for t in self.by_text), default=1)
+
+    def text(self, token_id: int) -> str:
+        return self.text_of[token_id] if 0 <= token_id < len(self.text_of) else ""
+
+
+class ActionChoice:
+    """The constraint of one turn: its admissible commands and the text written so far."""
+
+    def __init__(self, vocab: ActionVocabulary, commands: Sequence[str], text: str = ""):
+        self.vocab = vocab
+        self.targets = sorted({c + ACTION_CLOSE for c in commands if c})
+        self.text = text
+
+    def push(self, token_id: int) -> None:
+        self.text += self.vocab.text(token_id)
+
+    def _compatible(self, rest: str) -> bool:
+        return any(t.startswith(rest) for t in self.targets)
+
+    def mask(self) -> tuple[list[int], bool] | None:
+        """(token ids, keep): keep=True allows only those ids, keep=False forbids them; None = free."""
+        if not self.targets:
+            return None
+        at = self.text.find(ACTION_OPEN)
+        if at >= 0:
+            written = self.text[at + len(ACTION_OPEN) :]
+            if written in self.targets:
+                return [self.vocab.end_of_turn_id], True
+            ids: set[int] = set()
+            for target in self.targets:
+                if not target.startswith(written):
+                    continue
+                rest = target[len(written) :]
+                for k in range(1, min(len(rest), self.vocab.max_len) + 1):
+                    ids.update(self.vocab.by_text.get(rest[:k], ()))
+            return (sorted(ids), True) if ids else None  # already off every command: nothing to steer
+        # no action opened yet: only the tokens that would open `<action>` and continue it
+        # with something no command starts with are forbidden
+        tail = self.text[-(len(ACTION_OPEN) - 1) :]
+        banned = []
+        for i in self.vocab.closing:
+            joined = tail + self.vocab.text_of[i]
+            where = joined.find(ACTION_OPEN)
+            if where >= 0 and not self._compatible(joined[where + len(ACTION_OPEN) :]):
+                banned.append(i)
+        return (banned, False) if banned else None

@@ -1,0 +1,120 @@
+"""Admissible-action decoding: every action a constrained policy writes is admissible, the
+skill-call path stays free, and the recorded logprobs are the unconstrained policy's."""
+
+import json
+
+import pytest
+
+from selskill.agent.action_choice import ActionChoice, ActionVocabulary
+from selskill.agent.chat_tokens import ChatTokens
+from selskill.agent.runner import EpisodeRunner, EpisodeSpec, ForkStart, RunnerConfig
+from selskill.agent.turn_format import ACTION_CLOSE, ACTION_OPEN, TOOL_CALL_OPEN, TurnFormat, forced_prefix
+from selskill.envs.alfworld import AlfworldEnv, find_games
+from selskill.policy.base import GenerationRequest, SamplingParams
+from selskill.policy.hf import HFPolicy
+from selskill.skills import load_alfworld_skills
+
+FMT = TurnFormat(style="compact", admissible_style="local")
+
+
+@pytest.fixture(scope="module")
+def policy(tiny_model_dir):
+    return HFPolicy(str(tiny_model_dir), batch_size=8)
+
+
+@pytest.fixture(scope="module")
+def vocab(policy):
+    return ActionVocabulary(policy.tokenizer, ChatTokens(policy.tokenizer).end_of_turn_id)
+
+
+def test_mask_follows_the_commands_on_text_not_on_token_ids(vocab):
+    commands = ["go to desk 1", "take pen 1 from desk 1"]
+    choice = ActionChoice(vocab, commands, ACTION_OPEN)
+    target, written = "go to desk 1" + ACTION_CLOSE, ""
+    while written != target:
+        ids, keep = choice.mask()
+        rests = [c + ACTION_CLOSE for c in commands if (c + ACTION_CLOSE).startswith(written)]
+        # every allowed token keeps the text on some command; the longest on ours is taken
+        assert keep and all(any(r[len(written) :].startswith(vocab.text(i)) for r in rests) for i in ids)
+        if not written:
+            assert any(vocab.text(i).startswith("t") for i in ids)  # both commands stay open
+        step = max(
+            (i for i in ids if target[len(written) :].startswith(vocab.text(i))),
+            key=lambda i: len(vocab.text(i)),
+        )
+        choice.push(step)
+        written += vocab.text(step)
+    assert choice.mask() == ([vocab.end_of_turn_id], True)
+    # before `<action>` the turn is free (a skill call, a think block)
+    opening = ActionChoice(vocab, ["look"], "").mask()
+    assert opening is None or (not opening[1] and all(">" in vocab.text(i) for i in opening[0]))
+    assert ActionChoice(vocab, [], ACTION_OPEN).mask() is None  # no command known: nothing to steer
+
+
+def test_constrained_generation_writes_only_admissible_commands(policy, vocab):
+    chat = ChatTokens(policy.tokenizer)
+    prompt = chat.opening([{"role": "system", "content": "s"}, {"role": "user", "content": "u"}])
+    prompt = prompt + chat.encode(ACTION_OPEN)
+    commands = ["go to desk 1", "go to drawer 2", "take mug 1 from desk 1", "look"]
+    reqs = [
+        GenerationRequest(prompt, seed=s, constraint=ActionChoice(vocab, commands, ACTION_OPEN))
+        for s in range(8)
+    ]
+    gens = [
+        g[0]
+        for g in policy.generate(
+            reqs, SamplingParams(temperature=1.5, max_new_tokens=40, stop_token_ids=(chat.end_of_turn_id,))
+        )
+    ]
+    written = set()
+    for g in gens:
+        assert g.finish_reason == "stop" and g.token_ids[-1] == chat.end_of_turn_id
+        text = chat.decode(g.token_ids[:-1])
+        assert text.endswith(ACTION_CLOSE) and text[: -len(ACTION_CLOSE)] in commands, text
+        written.add(text)
+        # logprobs are the unconstrained policy's: a teacher-forced pass gives the same numbers
+        lp, _ = policy.score(prompt, g.token_ids)
+        assert max(abs(a - b) for a, b in zip(lp, g.logprobs, strict=True)) < 1e-4
+    assert len(written) >= 2  # sampling still chooses among the commands
+    # the same requests unconstrained write something else (the random policy knows no commands)
+    free = policy.generate(
+        [GenerationRequest(prompt, seed=0)], SamplingParams(temperature=1.5, max_new_tokens=40)
+    )
+    assert chat.decode(free[0][0].token_ids).rstrip(chat.end_of_turn_text) not in {
+        c + ACTION_CLOSE for c in commands
+    }
+
+
+def test_a_constrained_skip_arm_plays_only_admissible_actions(policy, small_games):
+    index = find_games(small_games)
+    task = next(t for t in AlfworldEnv(index).task_ids() if "pick_heat" in t)
+    config = RunnerConfig(max_env_steps=6, max_new_tokens=24, temperature=1.0, action_choice="admissible")
+    runner = EpisodeRunner(policy, lambda: AlfworldEnv(index), load_alfworld_skills(), FMT, config)
+    source = runner.run([EpisodeSpec("src", task, seed=1)])[0]
+    offset = source["turns"][0]["start"]
+    fork = ForkStart(
+        source["token_ids"][:offset], source["logprob"][:offset], source["entropy"][:offset],
+        source["role"][:offset], source["turn"][:offset], [], json.loads(source["messages"])[:2], [], 0,
+        forced_prefix("skip"),
+    )  # fmt: skip
+    rows = runner.run([EpisodeSpec(f"f{s}", task, seed=s, fork=fork) for s in range(4)])
+    env = AlfworldEnv(index)
+    checked = 0
+    for row in rows:
+        env.reset(task)
+        first = row["turns"][0]
+        assert first["forced"] and first["kind"] == "action", first["text"]
+        for turn in row["turns"]:
+            if turn["kind"] == "action":
+                assert turn["action"] in env.state.admissible_commands, (
+                    turn["action"],
+                    env.state.admissible_commands,
+                )
+                checked += 1
+            elif TOOL_CALL_OPEN in turn["text"]:
+                pass  # a skill call is the policy's free choice
+            for command in turn["commands"]:
+                env.step(command)
+    assert checked >= 4
+    with pytest.raises(ValueError, match="action_choice"):
+        RunnerConfig(action_choice="greedy")
