@@ -317,10 +317,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.recipe_args = unknown  # --config RECIPE and --key value overrides, checked by TrlParser
     elif unknown:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    from selskill.stages.common import StageRefused
+
     try:
         return args.func(args)
-    # bad input: say what and how to fix it, no traceback
-    except (FileNotFoundError, FileExistsError, ValueError) as exc:
+    # bad input, or a rank refused (another writer, recorded inputs that differ): what and the fix, no traceback
+    except (FileNotFoundError, FileExistsError, ValueError, StageRefused) as exc:
         print(f"selskill {args.command}: error: {exc}", file=sys.stderr)
         return 2
 

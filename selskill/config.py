@@ -84,6 +84,56 @@ class PolicyConfig:
     def __post_init__(self):
         if self.policy_backend not in ("hf", "vllm"):
             raise ValueError(f"policy_backend must be 'hf' or 'vllm'; got {self.policy_backend!r}")
+        check_choice(self, "policy_dtype", ("float32", "bfloat16", "float16"))
+
+
+def bad_value(key: str, value: object, rule: str, why: str = "") -> ValueError:
+    """The error of a recipe key with a bad value: the key, the rule, the value, and where to fix it."""
+    return ValueError(
+        f"{key} must be {rule}; got {value!r}{f' ({why})' if why else ''}. Fix `{key}:` in the recipe or "
+        f"pass --{key} VALUE"
+    )
+
+
+def check_at_least(cfg, minimum: float, *keys: str, why: str = "") -> None:
+    for key in keys:
+        value = getattr(cfg, key)
+        if value < minimum:
+            raise bad_value(key, value, f">= {minimum}", why)
+
+
+def check_choice(cfg, key: str, choices: Sequence[str], why: str = "") -> None:
+    value = getattr(cfg, key)
+    if value not in choices:
+        raise bad_value(key, value, f"one of {', '.join(map(str, choices))}", why)
+
+
+def check_unit(cfg, *keys: str) -> None:
+    """Nucleus-sampling keys: 0 < value <= 1."""
+    for key in keys:
+        value = getattr(cfg, key)
+        if not 0 < value <= 1:
+            raise bad_value(key, value, "in (0, 1]", "nucleus sampling mass; 1 = off")
+
+
+def _flatten(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def changed_settings(old: dict, new: dict) -> list[str]:
+    """`key: old -> new` for every (nested, dotted) key whose value differs; `(none)` where one lacks it."""
+    a, b = _flatten(old), _flatten(new)
+    return [
+        f"{k}: {a.get(k, '(none)')!r} -> {b.get(k, '(none)')!r}"
+        for k in sorted(set(a) | set(b))
+        if a.get(k, "(none)") != b.get(k, "(none)")
+    ]
 
 
 def recipe_dataclasses() -> tuple[type, ...]:
@@ -144,9 +194,11 @@ def parse_recipe(argv: Sequence[str] | None = None, dataclass_types: Sequence[ty
     from trl import TrlParser
 
     types = tuple(dataclass_types or recipe_dataclasses())
-    parser = TrlParser(types)
+    parser = _quiet_errors(TrlParser(types))
+    argv = list(argv) if argv is not None else None
+    check_recipe_file(argv)
     try:
-        return parser.parse_args_and_config(args=list(argv) if argv is not None else None)
+        return parser.parse_args_and_config(args=argv)
     except ValueError as exc:
         if "Unknown arguments from config file" in str(exc):
             known = sorted({f.name for t in types for f in dataclasses.fields(t)})
@@ -156,20 +208,53 @@ def parse_recipe(argv: Sequence[str] | None = None, dataclass_types: Sequence[ty
         raise
 
 
+def check_recipe_file(argv: Sequence[str] | None) -> None:
+    """`--config PATH` must exist: say so, with the recipes there are, before any parsing."""
+    import sys
+    from pathlib import Path
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    paths = [args[i + 1] for i, a in enumerate(args[:-1]) if a == "--config"]
+    paths += [a.split("=", 1)[1] for a in args if a.startswith("--config=")]
+    for path in paths:
+        if not Path(path).is_file():
+            where = Path(path).parent
+            found = sorted(str(p) for p in where.glob("*.yaml")) if where.is_dir() else []
+            raise ValueError(
+                f"recipe {path} does not exist"
+                + (
+                    f"; recipes in {where}/: {', '.join(found)}"
+                    if found
+                    else " (paths are relative to where you run)"
+                )
+            )
+
+
 def load_recipe(argv: Sequence[str] | None = None) -> Recipe:
     """`parse_recipe` wrapped as a `Recipe` (what every entry point uses)."""
     return Recipe(parse_recipe(argv))
+
+
+def _quiet_errors(parser):
+    """Bad command-line values print the one line that matters, not the usage of every recipe key."""
+
+    def error(message: str):
+        parser.exit(2, f"{parser.prog}: error: {message}\n(`--help` lists every recipe key)\n")
+
+    parser.error = error
+    return parser
 
 
 def make_parser():
     """The TrlParser over every recipe dataclass (`--help` of any stage lists every key)."""
     from trl import TrlParser
 
-    return TrlParser(recipe_dataclasses())
+    return _quiet_errors(TrlParser(recipe_dataclasses()))
 
 
 def run_entry(stage_fn, argv: Sequence[str] | None = None) -> int:
-    """Parse the recipe and run `stage_fn(recipe)`; bad input exits 2, missing upstream outputs 1."""
+    """Parse the recipe and run `stage_fn(recipe)`; bad input exits 2, missing upstream outputs or a
+    refused rank (another writer, recorded inputs that differ) 1."""
     import sys
 
     try:
@@ -177,9 +262,11 @@ def run_entry(stage_fn, argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    from selskill.stages.common import StageRefused
+
     try:
         stage_fn(recipe)
-    except FileNotFoundError as exc:
+    except (FileNotFoundError, StageRefused) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     return 0

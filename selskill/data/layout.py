@@ -1,12 +1,16 @@
-"""The run directory contract every stage follows (DESIGN.md, "Run directory").
+"""The run directory contract every stage follows (docs/design.md, "The stage contract").
 
-runs/<exp>/round_<r>/<stage>/{config.yaml, shards/NNNNN.parquet, completions/NNNNN, stats/NNNNN.json}
-A rank's completion marker is written only after its shard is durably in place, so a rank
-with a marker is skipped on rerun and a crash never leaves a half-written shard visible.
+runs/<exp>/round_<r>/<stage>/{config.yaml, shards/NNNNN.parquet, completions/NNNNN, stats/NNNNN.json,
+locks/NNNNN.lock}
+A rank's completion marker is written (tmp + rename) only after its shard is durably in
+place and records the shard's rows, bytes and sha256, so a rank counts as complete only
+while its shard is exactly the one its marker describes; a crash never leaves a
+half-written shard or marker visible.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,8 +51,58 @@ class StageDir:
     def stats_file(self, rank: int) -> Path:
         return self.stats / f"{rank:05d}.json"
 
+    def lock(self, rank: int) -> Path:
+        return self.path / "locks" / f"{rank:05d}.lock"
+
+    def read_marker(self, rank: int) -> dict | None:
+        """The marker's record (None: no marker; {} for an unreadable one, which `problem` reports)."""
+        try:
+            info = json.loads(self.marker(rank).read_text() or "{}")
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError):
+            return {}
+        return info if isinstance(info, dict) else {}
+
+    def problem(self, rank: int) -> str | None:
+        """Why rank `rank` does not count as complete (None: it does).
+
+        The shard must be the one the marker describes: same bytes and sha256 (markers
+        written before they recorded them: the same row count).
+        """
+        from selskill.data.shards import file_sha256
+
+        marker, shard = self.marker(rank), self.shard(rank)
+        if not marker.exists():
+            return f"no completion marker ({marker})"
+        if not shard.exists():
+            return f"its completion marker exists but its shard {shard} does not"
+        try:
+            info = json.loads(marker.read_text() or "{}")
+        except (OSError, ValueError):
+            info = None
+        if not isinstance(info, dict):
+            return f"its completion marker {marker} is unreadable"
+        size = shard.stat().st_size
+        if "bytes" in info and size != info["bytes"]:
+            return f"shard {shard} has {size} bytes but its marker records {info['bytes']} (truncated or overwritten)"
+        if "sha256" in info:
+            if file_sha256(shard) != info["sha256"]:
+                return f"shard {shard} does not match the sha256 its marker records (overwritten or corrupt)"
+            return None
+        if "rows" in info:
+            import pyarrow.parquet as pq
+
+            try:
+                rows = pq.ParquetFile(shard).metadata.num_rows
+            except Exception as exc:  # noqa: BLE001 - any unreadable footer means truncated
+                return f"shard {shard} is unreadable ({type(exc).__name__}: {exc}): truncated or corrupt"
+            if rows != info["rows"]:
+                return f"shard {shard} has {rows} rows but its marker records {info['rows']}"
+        return None
+
     def is_complete(self, rank: int) -> bool:
-        return self.marker(rank).exists() and self.shard(rank).exists()
+        return self.problem(rank) is None
 
     def completed_ranks(self) -> list[int]:
         if not self.completions.is_dir():
@@ -74,13 +128,15 @@ def resolve_round_policy(run, policy) -> tuple[str, str]:
     Round r starts from round r-1's trained model; round 1 from `model_name_or_path` when set,
     else the run's init policy. Sampling, branching, forking and training all use this.
     """
-    if run.round <= 1 and policy.model_name_or_path:
-        source = policy.model_name_or_path
-        if Path(source).exists() or os.path.isabs(source) or source.startswith(".") or source.count("/") > 1:
-            if not Path(source).is_dir():
-                raise FileNotFoundError(f"model_name_or_path {source} is not a model directory")
-            return source, "model_name_or_path (local)"
-        return source, "model_name_or_path (hub id)"
+    if run.round < 1:
+        raise FileNotFoundError(
+            f"round {run.round} is the init policy, not a round that samples and trains: `make init` "
+            "(selskill init) builds and evaluates it, and `make eval ROUND=0` re-evaluates it; rounds start at 1 "
+            "(make round ROUND=1)"
+        )
+    if run.round == 1 and policy.model_name_or_path:
+        source = check_model_source(policy.model_name_or_path, "model_name_or_path", need_weights=False)
+        return source, f"model_name_or_path ({'local' if is_local_path(source) else 'hub id'})"
     path = policy_dir(run.runs_dir, run.exp, run.round)
     if not path.is_dir():
         hint = (
@@ -89,4 +145,91 @@ def resolve_round_policy(run, policy) -> tuple[str, str]:
             else f"finish round {run.round - 1} first (its train stage writes that directory)"
         )
         raise FileNotFoundError(f"no policy at {path} for round {run.round}: {hint}")
+    check_model_source(str(path), f"the policy of round {run.round}", need_weights=False)
     return str(path), f"round {run.round - 1} model"
+
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+WEIGHT_PATTERNS = (
+    "*.safetensors",
+    "pytorch_model*.bin",
+    "*.safetensors.index.json",
+    "pytorch_model.bin.index.json",
+)
+
+
+def is_local_path(source: str) -> bool:
+    """A local directory (existing or not) rather than a hub id.
+
+    Hub ids are `name` or `org/name`; a path is anything that exists, is absolute or
+    relative (`./`, `../`, `~`), has more than one slash, or whose first component is a
+    directory here (`runs/model`, `models/x`: a mistyped local path, not a hub id).
+    """
+    if not source:
+        return False
+    if (
+        Path(source).exists()
+        or os.path.isabs(source)
+        or source.startswith((".", "~"))
+        or source.count("/") > 1
+    ):
+        return True
+    return "/" in source and Path(source.split("/", 1)[0]).is_dir()
+
+
+def _hub_offline() -> str | None:
+    for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        if os.environ.get(var, "").strip().lower() in ("1", "true", "yes", "on"):
+            return var
+    return None
+
+
+def check_model_source(source: str, what: str = "model", need_weights: bool = True) -> str:
+    """`source` if it can be loaded as a model, else an error naming it, what is wrong and the fix.
+
+    A local directory must hold a tokenizer (and, with `need_weights`, config.json and
+    weights); a hub id under HF_HUB_OFFLINE must already be in the local cache.
+    """
+    if is_local_path(source):
+        path = Path(source).expanduser()
+        if not path.exists():
+            raise FileNotFoundError(f"{what} {source} does not exist (a local path: no such directory)")
+        if not path.is_dir():
+            raise FileNotFoundError(f"{what} {source} is a file, not a model directory")
+        files = sorted(p.name for p in path.iterdir())
+        missing = []
+        if not any((path / f).is_file() for f in TOKENIZER_FILES):
+            missing.append(f"tokenizer ({' / '.join(TOKENIZER_FILES)})")
+        if need_weights:
+            if not (path / "config.json").is_file():
+                missing.append("config.json")
+            if not any(any(path.glob(p)) for p in WEIGHT_PATTERNS):
+                missing.append("weights (*.safetensors or pytorch_model*.bin)")
+        if missing:
+            shown = ", ".join(files[:12]) + (", ..." if len(files) > 12 else "")
+            raise FileNotFoundError(
+                f"{what} {source} is not a saved model: it has no {' and no '.join(missing)} "
+                f"({f'it holds: {shown}' if files else 'the directory is empty'}). Point it at a directory written "
+                "by save_pretrained (a round's train/model, the init policy at round_0/train/model), or rebuild that "
+                "directory (`make init`, or the train stage with --redo)"
+            )
+        return source
+    offline = _hub_offline()
+    if offline:
+        from huggingface_hub import try_to_load_from_cache
+        from huggingface_hub.constants import HF_HUB_CACHE
+
+        try:
+            cached = try_to_load_from_cache(source, "config.json")
+        except ValueError as exc:  # not a valid repo id either
+            raise FileNotFoundError(
+                f"{what} {source!r} is neither a local directory nor a hub id ({exc})"
+            ) from None
+        if not isinstance(cached, str):
+            raise FileNotFoundError(
+                f"{what} {source!r} is a hub id, {offline}={os.environ[offline]} forbids downloading it and it is "
+                f"not in the local cache ({HF_HUB_CACHE}). Download it once with {offline}=0 "
+                f"(`hf download {source}`), unset {offline}, or give a local directory (start it with ./ if "
+                "you meant a path)"
+            )
+    return source

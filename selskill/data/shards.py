@@ -1,9 +1,16 @@
-"""Parquet shards: atomic writes checked against the schema, reads that name the bad file."""
+"""Parquet shards: atomic writes checked against the schema, reads that name the bad file.
+
+Every file here is written to a temporary name unique to its writer (process id + random),
+fsynced, then renamed over its final name: a reader sees the old file or the new one, never
+a partial one, and two writers of one path never write into the same temporary file.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import secrets
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -17,22 +24,79 @@ class ShardError(RuntimeError):
     """A shard is missing, truncated or does not match its schema."""
 
 
+def tmp_path(path: str | Path) -> Path:
+    """`.<name>.<pid>-<random>.tmp` next to `path`: unique per writer, hidden from `*.parquet` globs."""
+    path = Path(path)
+    return path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
+
+
+def stale_tmp_files(path: str | Path) -> list[Path]:
+    """Temporary files of `path` left by writers that died before their rename."""
+    path = Path(path)
+    return sorted(path.parent.glob(f".{path.name}.*.tmp")) if path.parent.is_dir() else []
+
+
 def _fsync_replace(tmp: Path, final: Path) -> None:
     with open(tmp, "rb") as f:
         os.fsync(f.fileno())
     tmp.replace(final)
+    try:  # the rename itself survives a power cut only once the directory is synced
+        fd = os.open(final.parent, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _write_atomic(path: str | Path, write) -> Path:
+    """`write(tmp)` then fsync + rename onto `path`; the temporary file never outlives a failure."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = tmp_path(path)
+    try:
+        write(tmp)
+        _fsync_replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+def write_text_atomic(text: str, path: str | Path) -> Path:
+    return _write_atomic(path, lambda tmp: tmp.write_text(text))
+
+
+def write_json_atomic(obj, path: str | Path) -> None:
+    write_text_atomic(json.dumps(obj, indent=1, sort_keys=True) + "\n", path)
 
 
 def write_shard(rows: pa.Table | Sequence[dict], path: str | Path, kind: str) -> pa.Table:
-    """Validate then write `path` via `<path>.tmp` + rename: readers never see a partial file."""
+    """Validate then write `path` via a unique temporary file + rename: readers never see a partial file."""
     table = rows if isinstance(rows, pa.Table) else pa.Table.from_pylist(list(rows), schema=SCHEMAS[kind])
     validate_table(table, kind)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    pq.write_table(table, tmp, compression="zstd")
-    _fsync_replace(tmp, path)
+    _write_atomic(path, lambda tmp: pq.write_table(table, tmp, compression="zstd"))
     return table
+
+
+def file_sha256(path: str | Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def shard_digest(path: str | Path) -> dict:
+    """What a completion marker records of its shard: rows, bytes and sha256."""
+    path = Path(path)
+    return {
+        "rows": pq.ParquetFile(path).metadata.num_rows,
+        "bytes": path.stat().st_size,
+        "sha256": file_sha256(path),
+    }
 
 
 def read_shard(path: str | Path, kind: str) -> pa.Table:
@@ -60,11 +124,3 @@ def read_shards(paths: Sequence[str | Path], kind: str) -> pa.Table:
     if not tables:
         return SCHEMAS[kind].empty_table()
     return pa.concat_tables(tables)
-
-
-def write_json_atomic(obj, path: str | Path) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=1, sort_keys=True) + "\n")
-    _fsync_replace(tmp, path)

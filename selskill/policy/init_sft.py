@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from selskill.agent.turn_format import TurnFormat
+from selskill.config import bad_value, changed_settings, check_at_least, check_choice
 from selskill.policy.bootstrap import TinyArch, build_model, train_tokenizer
 from selskill.policy.demos import (
     DEFAULT_MAX_ENV_STEPS,
@@ -167,6 +168,49 @@ class InitConfig:
             "instead of training the base policy again"
         },
     )
+
+    def __post_init__(self):
+        from selskill.envs.alfworld_gen import SIZES
+
+        check_choice(self, "init_game_size", SIZES)
+        check_choice(self, "init_demo_search", ("prior", "sweep"))
+        check_at_least(
+            self,
+            1,
+            "init_games_per_type",
+            "init_max_env_steps",
+            "init_vocab_size",
+            "init_hidden_size",
+            "init_intermediate_size",
+            "init_layers",
+            "init_heads",
+            "init_kv_heads",
+            "init_head_dim",
+            "init_batch_size",
+            "init_max_length",
+            "init_logging_steps",
+            "init_dagger_points",
+            "init_dagger_env_steps",
+        )
+        check_at_least(
+            self,
+            0,
+            "init_pretrain_epochs",
+            "init_epochs",
+            "init_dagger_iters",
+            "init_dagger_epochs",
+            "init_dagger_temperature",
+        )
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if (
+                f.name.startswith("init_demo_") and isinstance(value, float)
+            ) or f.name == "init_warmup_ratio":
+                if not 0 <= value <= 1:
+                    raise bad_value(f.name, value, "in [0, 1]", "a probability or share")
+        for key in ("init_lr", "init_dagger_lr"):
+            if getattr(self, key) <= 0:
+                raise bad_value(key, getattr(self, key), "> 0", "a learning rate")
 
     def demo_mix(self) -> DemoMix:
         prefix = "init_demo_"
@@ -406,10 +450,10 @@ def _check_base(base: str | Path, settings: dict) -> dict:
     manifest = read_manifest(base) or {}
     theirs = dict(manifest.get("settings", {}))
     theirs.pop("dagger", None)  # a DAgger build may be continued: its iterations come first
-    differ = sorted(k for k in set(theirs) | set(settings) if theirs.get(k) != settings.get(k))
+    differ = changed_settings(theirs, settings)
     if differ:
         raise ValueError(
-            f"init_dagger_from={base} was built with other settings ({', '.join(differ)} differ; see "
+            f"init_dagger_from={base} was built with other settings ({'; '.join(differ)}; see "
             f"{base.parent / MANIFEST}): pass the overrides it was built with"
         )
     return manifest
@@ -504,9 +548,11 @@ def build_init_policy(
         manifest = read_manifest(out_dir) or {}
         if manifest.get("settings") == settings:
             return out_dir
+        differ = changed_settings(manifest.get("settings") or {}, settings)
         raise FileExistsError(
-            f"{out_dir} holds an init policy built with other settings ({stage_dir / MANIFEST}); "
-            "pass redo=True (--redo) to rebuild it, or choose another experiment"
+            f"{out_dir} holds an init policy built with other settings: {'; '.join(differ)} (built -> asked; "
+            f"{stage_dir / MANIFEST}). Pass the settings it was built with, --redo to rebuild it, or choose "
+            "another experiment"
         )
     (stage_dir / COMPLETED).unlink(missing_ok=True)
     stage_dir.mkdir(parents=True, exist_ok=True)

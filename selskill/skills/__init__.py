@@ -2,16 +2,17 @@
 
 A skill is metadata (name, when to use it) that is always listed plus content that is
 disclosed only on invocation: memory skills return text, executable skills expand into
-environment commands checked step by step.
+environment commands (or function calls) checked step by step.
 """
 
 from selskill.skills.executor import PRECONDITIONS, SkillCallRecord, SkillExecutor
 from selskill.skills.listing import render_listing
-from selskill.skills.loader import load_alfworld_skills, load_skills, parse_skill
-from selskill.skills.model import FindStep, Parameter, Skill, SkillError, SkillLibrary
+from selskill.skills.loader import load_alfworld_skills, load_bfcl_skills, load_skills, parse_skill
+from selskill.skills.model import CallStep, FindStep, Parameter, Skill, SkillError, SkillLibrary
 
 __all__ = [
     "PRECONDITIONS",
+    "CallStep",
     "FindStep",
     "Parameter",
     "Skill",
@@ -20,6 +21,7 @@ __all__ = [
     "SkillExecutor",
     "SkillLibrary",
     "load_alfworld_skills",
+    "load_bfcl_skills",
     "load_skills",
     "parse_skill",
     "render_listing",

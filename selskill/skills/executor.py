@@ -6,22 +6,33 @@ runs here runs the same in every backend. Each expanded command is checked again
 admissible commands *before* it is sent: an inadmissible command still costs a step in
 ALFWorld, and a skill must never spend the agent's budget on a command that cannot work.
 The record it returns is what Exec. Prec. and the rollout schema are computed from.
+
+Call steps (`CallStep`) serve envs whose commands are function calls (BFCL): the name
+must be among the admissible commands, the filled template is sent as one step, and the
+env's report of that call (`state.info[CALL_RESULTS]`: output, error) decides whether the
+step failed and supplies the fields later steps bind.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from string import Formatter
 
 from selskill.envs.base import Env
-from selskill.skills.model import FindStep, Skill, SkillLibrary
+from selskill.envs.calls import parse_one_call
+from selskill.skills.model import CallStep, FindStep, Skill, SkillLibrary
 
 # ALFWorld answers this to every command that changed nothing.
 NO_EFFECT_FEEDBACK = "Nothing happens."
 
 TYPE_RE = re.compile(r"^[a-z][a-z0-9]*$")
+FUNCTION_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# the key under which an env that executes function calls reports each call of a step:
+# a list of {"call", "output", "error"} dicts (selskill/envs/bfcl.py)
+CALL_RESULTS = "call_results"
 
 
 def natural_key(name: str) -> tuple:
@@ -87,6 +98,35 @@ class Precondition:
     check: Callable[[_View, str | None, Mapping[str, str | None]], bool]
 
 
+def value_has_type(kind: str, value: object) -> bool:
+    """Whether `value` is a JSON value of parameter type `kind` (bool is no number)."""
+    if kind == "string":
+        return isinstance(value, str)
+    if kind == "boolean":
+        return isinstance(value, bool)
+    if kind == "integer":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind == "number":
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind == "array":
+        return isinstance(value, list)
+    return isinstance(value, str)  # "name"
+
+
+def call_template_problem(template: str, fields: list[str]) -> str | None:
+    """Why `template` is not one call whose placeholders are whole argument values (None if it is)."""
+    sentinels = {f: 7_000_000_000 + i for i, f in enumerate(dict.fromkeys(fields))}
+    try:
+        call = parse_one_call(template.format(**{f: repr(v) for f, v in sentinels.items()}))
+    except (ValueError, IndexError, KeyError) as exc:
+        return f"not one function call with literal arguments: {exc}"
+    values = list(call.args) + list(call.kwargs.values())
+    for name, sentinel in sentinels.items():
+        if sentinel not in values:
+            return f"placeholder {{{name}}} must be a whole argument value, as in f(x={{{name}}})"
+    return None
+
+
 def _holds(view: _View, param: str | None, values: Mapping[str, str | None]) -> bool:
     value = values.get(param or "")
     return value is not None and value in view.inventory
@@ -99,6 +139,8 @@ PRECONDITIONS: dict[str, Precondition] = {
         "type", "there is no {arg} here", lambda v, a, p: bool(v.instances(a or ""))
     ),
     "holding": Precondition("parameter", "you are not holding the {value}", _holds),
+    # a command (a function name, for call-based envs) among the admissible ones
+    "available": Precondition("name", "{arg} is not available", lambda v, a, p: (a or "") in v.admissible),
 }
 
 DEFAULT_SOURCES = ("held_object", "receptacle:<type>")
@@ -121,6 +163,8 @@ def precondition_problem(spec: object, parameter_names: tuple[str, ...]) -> str 
         return f"precondition {name!r} takes no argument, got {spec!r}"
     if entry.arg == "type" and not (arg and TYPE_RE.fullmatch(arg)):
         return f"precondition {spec!r} needs a type, as in '{name}:microwave'"
+    if entry.arg == "name" and not (arg and FUNCTION_RE.fullmatch(arg)):
+        return f"precondition {spec!r} needs a function name, as in '{name}:place_order'"
     if entry.arg == "parameter" and arg not in parameter_names:
         return f"precondition {spec!r} names no parameter of this skill ({', '.join(parameter_names)})"
     return None
@@ -225,27 +269,38 @@ class SkillExecutor:
         return record
 
     @staticmethod
-    def _check_arguments(skill: Skill, given: dict) -> dict[str, str]:
-        values: dict[str, str] = {}
+    def _check_arguments(skill: Skill, given: dict) -> dict[str, object]:
+        values: dict[str, object] = {}
+        types = {p.name: p.type for p in skill.parameters}
         for key, value in given.items():
             if key not in skill.parameter_names:
                 accepted = ", ".join(skill.parameter_names) or "no arguments"
                 raise _Failure(
                     f"bad_argument:{key}", f"{skill.name} has no argument {key!r} (it takes {accepted})."
                 )
-            if value is None or (isinstance(value, str) and not value.strip()):
+            kind = types[key]
+            if value is None or (kind == "name" and isinstance(value, str) and not value.strip()):
                 continue  # an empty value means "use the default", as models often write it
+            if kind != "name":
+                if not value_has_type(kind, value):
+                    raise _Failure(f"bad_argument:{key}", f"argument {key!r} must be a JSON {kind}.")
+                values[key] = value
+                continue
             if not isinstance(value, str):
                 raise _Failure(f"bad_argument:{key}", f"argument {key!r} must be a name such as 'mug 1'.")
             values[key] = " ".join(value.lower().split())
         return values
 
-    def _run(self, env: Env, skill: Skill, values: dict[str, str], record: SkillCallRecord, lines: list[str]):
+    def _run(
+        self, env: Env, skill: Skill, values: dict[str, object], record: SkillCallRecord, lines: list[str]
+    ):
         view = _View(env)
-        bound: dict[str, str | None] = {}
+        bound: dict[str, object] = {}
         for param in skill.parameters:
             value = values.get(param.name)
-            if value is None and param.default_from:
+            if value is None and param.default is not None:
+                value = param.default
+            elif value is None and param.default_from:
                 value = _default_value(view, param.default_from)
             elif value is not None and (param.default_from or "").startswith("receptacle:"):
                 rtype = param.default_from.split(":", 1)[1]
@@ -275,6 +330,9 @@ class SkillExecutor:
             if isinstance(step, FindStep):
                 bound[step.bind] = self._find(env, step, record, lines)
                 record.resolved[step.bind] = bound[step.bind]
+            elif isinstance(step, CallStep):
+                for name, value in self._call(env, step, bound, record, lines).items():
+                    bound[name] = record.resolved[name] = value
             else:
                 missing = [name for name in template_fields(step) if bound.get(name) is None]
                 if missing:
@@ -304,6 +362,42 @@ class SkillExecutor:
             raise _Failure(f"inadmissible:{command}", f"{command!r} is not possible here.")
         self._step(env, command, record, lines)
 
+    def _call(self, env: Env, step: CallStep, bound: dict, record: SkillCallRecord, lines: list[str]) -> dict:
+        """Send one filled call template; returns the values its result binds."""
+        fields = template_fields(step.call)
+        missing = [name for name in fields if bound.get(name) is None]
+        if missing:
+            raise _Failure(f"bad_argument:{missing[0]}", f"no value for {missing[0]}.")
+        try:
+            call = parse_one_call(step.call.format(**{name: repr(bound[name]) for name in fields}))
+        except ValueError as exc:
+            raise _Failure(
+                f"bad_argument:{fields[0] if fields else 'call'}", f"cannot fill {step.call!r}: {exc}"
+            ) from None
+        if call.name not in _View(env).admissible:
+            raise _Failure(f"inadmissible:{call.name}", f"{call.name} is not available now.")
+        command = call.render()
+        state = env.step(command)
+        record.env_steps += state.env_steps
+        record.actions.append(command)
+        lines.append(f"> {command}\n{state.observation.strip()}")
+        reports = state.info.get(CALL_RESULTS) or []
+        output = str(reports[0].get("output", "")) if reports else state.observation
+        if reports and reports[0].get("error"):
+            raise _Failure(f"call_error:{call.name}", f"{call.name} returned an error: {output}")
+        if not step.bind:
+            return {}
+        try:
+            result = json.loads(output)
+        except ValueError:
+            result = None
+        values = {}
+        for name, key in step.bind:
+            if not isinstance(result, dict) or result.get(key) is None:
+                raise _Failure(f"bind_failed:{name}", f"{call.name} returned no {key!r} for {name}.")
+            values[name] = result[key]
+        return values
+
     def _find(self, env: Env, step: FindStep, record: SkillCallRecord, lines: list[str]) -> str:
         view = _View(env)
         found = view.reachable_targets(step.target)
@@ -322,7 +416,12 @@ class SkillExecutor:
 
 
 def _jsonable(arguments: dict) -> dict:
-    return {
-        str(k): (v if isinstance(v, (str, int, float, bool, type(None))) else repr(v))
-        for k, v in arguments.items()
-    }
+    def plain(value: object) -> object:
+        if isinstance(value, (str, int, float, bool, type(None))):
+            return value
+        try:
+            return json.loads(json.dumps(value))
+        except (TypeError, ValueError):
+            return repr(value)
+
+    return {str(k): plain(v) for k, v in arguments.items()}

@@ -7,6 +7,8 @@ cost and a benefit that DPO can learn.
 
 from __future__ import annotations
 
+import json
+
 from selskill.skills.model import Skill, SkillLibrary
 
 STYLES = ("compact", "full")
@@ -27,9 +29,13 @@ def _full_entry(skill: Skill) -> list[str]:
         elif param.default_from:
             rtype = param.default_from.split(":", 1)[1]
             default = f"; default: the {rtype} you are at, else the lowest-numbered one"
+        elif param.default is not None:
+            default = f"; default: {json.dumps(param.default)}"
         else:
             default = ""
-        need = "required" if param.required and not param.default_from else "optional"
+        need = "required" if param.required and not param.optional_in_call else "optional"
+        if param.type != "name":
+            need = f"{param.type}, {need}"
         lines.append(f"    {param.name} ({need}{default}): {param.description}")
     return lines
 

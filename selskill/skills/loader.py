@@ -15,8 +15,24 @@ from typing import TYPE_CHECKING
 
 import yaml
 
-from selskill.skills.executor import default_from_problem, precondition_problem, template_fields
-from selskill.skills.model import KINDS, FindStep, Parameter, Skill, SkillError, SkillLibrary, Step
+from selskill.skills.executor import (
+    call_template_problem,
+    default_from_problem,
+    precondition_problem,
+    template_fields,
+    value_has_type,
+)
+from selskill.skills.model import (
+    KINDS,
+    PARAMETER_TYPES,
+    CallStep,
+    FindStep,
+    Parameter,
+    Skill,
+    SkillError,
+    SkillLibrary,
+    Step,
+)
 
 if TYPE_CHECKING:  # importlib.resources.abc is 3.11+; only the annotation needs it
     from importlib.resources.abc import Traversable
@@ -26,8 +42,9 @@ NAME_RE = re.compile(r"[a-z][a-z0-9_]*")
 TYPE_RE = re.compile(r"[a-z][a-z0-9]*")
 FIELDS = {"name", "description", "kind", "parameters", "preconditions", "steps"}
 EXECUTABLE_ONLY = ("parameters", "preconditions", "steps")
-PARAMETER_FIELDS = {"name", "description", "required", "default_from"}
+PARAMETER_FIELDS = {"name", "description", "required", "default_from", "type", "default"}
 FIND_FIELDS = {"target", "visit", "bind"}
+CALL_FIELDS = {"call", "bind"}
 
 
 def split_front_matter(text: str, where: str) -> tuple[dict, str]:
@@ -125,7 +142,17 @@ def _parameters(raw, fail) -> tuple[Parameter, ...]:
             problem = default_from_problem(default_from)
             if problem:
                 raise fail(f"{label}.default_from", problem)
-        parameters.append(Parameter(pname, " ".join(description.split()), required, default_from))
+        kind = item.get("type", "name")
+        if kind not in PARAMETER_TYPES:
+            raise fail(f"{label}.type", f"unknown type {kind!r} (allowed: {', '.join(PARAMETER_TYPES)})")
+        if default_from is not None and kind != "name":
+            raise fail(f"{label}.default_from", "only parameters of type name derive a default")
+        default = item.get("default")
+        if default is not None and not value_has_type(kind, default):
+            raise fail(f"{label}.default", f"{default!r} is not a {kind}")
+        parameters.append(
+            Parameter(pname, " ".join(description.split()), required, default_from, kind, default)
+        )
     return tuple(parameters)
 
 
@@ -152,9 +179,46 @@ def _steps(raw, parameter_names: tuple[str, ...], fail) -> tuple[Step, ...]:
         elif isinstance(item, dict) and set(item) == {"find"}:
             steps.append(_find_step(item["find"], f"{label}.find", known, fail))
             known.add(steps[-1].bind)
+        elif isinstance(item, dict) and "call" in item and set(map(str, item)) <= CALL_FIELDS:
+            steps.append(_call_step(item, label, known, fail))
+            known.update(name for name, _ in steps[-1].bind)
         else:
-            raise fail(label, "must be a command template string or a mapping {find: {target, visit, bind}}")
+            raise fail(
+                label,
+                "must be a command template string, a mapping {find: {target, visit, bind}} "
+                "or a mapping {call, bind}",
+            )
     return tuple(steps)
+
+
+def _call_step(raw: dict, label: str, known: set[str], fail) -> CallStep:
+    template = raw["call"]
+    if not isinstance(template, str) or not template.strip():
+        raise fail(f"{label}.call", 'must be a call template such as "get_stock_info(symbol={symbol})"')
+    try:
+        fields = template_fields(template)
+    except ValueError as exc:
+        raise fail(f"{label}.call", str(exc)) from None
+    missing = [f for f in fields if f not in known]
+    if missing:
+        raise fail(
+            f"{label}.call",
+            f"placeholder {{{missing[0]}}} is neither a parameter nor bound earlier ({', '.join(sorted(known))})",
+        )
+    problem = call_template_problem(template, fields)
+    if problem:
+        raise fail(f"{label}.call", problem)
+    bind = raw.get("bind") or {}
+    if not isinstance(bind, dict):
+        raise fail(f"{label}.bind", "must be a mapping {new name: field of the call's result}")
+    pairs = []
+    for name, key in bind.items():
+        if not isinstance(name, str) or not NAME_RE.fullmatch(name) or name in known:
+            raise fail(f"{label}.bind", f"must bind new snake_case names, got {name!r}")
+        if not isinstance(key, str) or not key:
+            raise fail(f"{label}.bind.{name}", f"must name a field of the result, got {key!r}")
+        pairs.append((name, key))
+    return CallStep(template, tuple(pairs))
 
 
 def _find_step(raw, label: str, known: set[str], fail) -> FindStep:
@@ -206,3 +270,8 @@ def load_skills(*directories: str | Path | Traversable) -> SkillLibrary:
 def load_alfworld_skills() -> SkillLibrary:
     """The library shipped with selskill for ALFWorld (alfworld 0.4.2 command grammar)."""
     return load_skills(resources.files("selskill.skills") / "alfworld")
+
+
+def load_bfcl_skills() -> SkillLibrary:
+    """The library shipped with selskill for BFCL multi-turn (bfcl-eval 2026.3.23 backends)."""
+    return load_skills(resources.files("selskill.skills") / "bfcl")

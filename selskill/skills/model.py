@@ -12,6 +12,9 @@ from typing import Literal
 
 Kind = Literal["memory", "executable"]
 KINDS: tuple[str, ...] = ("memory", "executable")
+# what an argument may be: `name` is an object name, normalised (lower case, single spaces)
+# as ALFWorld writes them; the others are JSON values passed on unchanged (call templates)
+PARAMETER_TYPES: tuple[str, ...] = ("name", "string", "integer", "number", "boolean", "array")
 
 
 class SkillError(ValueError):
@@ -24,18 +27,21 @@ class Parameter:
 
     `default_from` lets the model call the skill with no arguments at all, which is how
     small policies call it in practice; `required` says the value must exist (given or
-    derived) before any step runs.
+    derived) before any step runs. `default` is a fixed value used when the call leaves
+    the argument out (a call template's optional argument, e.g. no tags on a post).
     """
 
     name: str
     description: str
     required: bool = True
     default_from: str | None = None
+    type: str = "name"
+    default: object = None
 
     @property
     def optional_in_call(self) -> bool:
         """Whether the model may leave the argument out of its call."""
-        return not self.required or self.default_from is not None
+        return not self.required or self.default_from is not None or self.default is not None
 
 
 @dataclass(frozen=True)
@@ -51,7 +57,20 @@ class FindStep:
     bind: str
 
 
-Step = str | FindStep
+@dataclass(frozen=True)
+class CallStep:
+    """One function call, `name(arg={placeholder}, ...)`, for envs whose commands are calls.
+
+    Placeholders stand for whole argument values and are filled with Python literals; the
+    step fails when the env reports the call's result as an error. `bind` names fields of
+    the call's JSON-object result for later steps, as (name, field) pairs.
+    """
+
+    call: str
+    bind: tuple[tuple[str, str], ...] = ()
+
+
+Step = str | FindStep | CallStep
 
 
 @dataclass(frozen=True)

@@ -19,20 +19,21 @@ from dataclasses import dataclass, field
 
 from selskill.agent.parser import parse_turn
 from selskill.agent.turn_format import render_skill_call
-from selskill.config import PolicyConfig, RunConfig
+from selskill.config import PolicyConfig, RunConfig, check_at_least, check_choice
 from selskill.data.layout import StageDir
 from selskill.stages.common import (
+    StageInputs,
     StageStats,
     read_stage,
     run_rank,
     shard_items,
     stable_seed,
-    write_stage_config,
 )
 from selskill.stages.context import RolloutConfig, load_policy, sampling_policy_path
 
 STRATEGIES = ("entropy", "random", "all_skill")
 SCORES = ("mean_first_m", "decision")
+CODE_VERSION = 1  # bump when a change alters the rows this stage writes (completed ranks are then refused)
 
 
 @dataclass
@@ -48,10 +49,12 @@ class BranchConfig:
     branch_score_m: int = field(default=10, metadata={"help": "m of mean_first_m (the paper: 10)"})
 
     def __post_init__(self):
-        if self.branch_strategy not in STRATEGIES:
-            raise ValueError(f"branch_strategy must be one of {STRATEGIES}; got {self.branch_strategy!r}")
-        if self.branch_score not in SCORES:
-            raise ValueError(f"branch_score must be one of {SCORES}; got {self.branch_score!r}")
+        check_choice(self, "branch_strategy", STRATEGIES)
+        check_choice(self, "branch_score", SCORES)
+        check_at_least(
+            self, 0, "branch_top_post_skill", "branch_top_ordinary", why="points per rollout; 0 = none"
+        )
+        check_at_least(self, 1, "branch_score_m", why="the paper uses 10")
 
 
 def decision_token_index(tokenizer, ids: list[int], char_offset: int) -> int:
@@ -138,16 +141,17 @@ def run_branch(
     from selskill.skills import load_alfworld_skills
 
     stage = StageDir.of(run.runs_dir, run.exp, run.round, "branch")
-    write_stage_config(stage, [run, pol, rollout, cfg])
+    path = sampling_policy_path(run, pol)
 
     def compute(stats: StageStats) -> list[dict]:
-        rollouts = read_stage(StageDir.of(run.runs_dir, run.exp, run.round, "sample"), "rollout")
-        rows = sorted(rollouts.to_pylist(), key=lambda r: r["rollout_id"])
+        sample = StageDir.of(run.runs_dir, run.exp, run.round, "sample")
+        rows = sorted(
+            read_stage(sample, "rollout", run.world_size).to_pylist(), key=lambda r: r["rollout_id"]
+        )
         mine = shard_items(rows, run.rank, run.world_size)
         from transformers import AutoTokenizer
 
         names = load_alfworld_skills().names
-        path = sampling_policy_path(run, pol)
         tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=pol.trust_remote_code)
         policy = None  # loaded only if an ordinary point needs its candidate skill
         out = []
@@ -182,4 +186,5 @@ def run_branch(
         stats.extra["rollouts"] = len(mine)
         return out
 
-    return run_rank(stage, "branch", run.rank, run.redo, compute)
+    inputs = StageInputs([run, pol, rollout, cfg], seed, CODE_VERSION, policy=path, upstream=("sample",))
+    return run_rank(stage, "branch", run, inputs, compute)

@@ -1,9 +1,17 @@
 """What every data stage shares: rank sharding, atomic outputs, completion markers, stats.
 
 A stage is a pure function of (inputs, config, seed, rank, world_size). `run_rank` wraps
-it with the run-directory contract: a rank whose completion marker exists is skipped
-(unless `redo`), its shard is written to `*.tmp` then renamed, stats go next to it, and the
-marker is written last. Any rank can run as its own process on any machine.
+it with the run-directory contract (docs/design.md, "The stage contract"):
+- one writer per rank: the rank holds `locks/NNNNN.lock` (flock) while it runs, and a
+  second process on the same rank is refused with a message naming the holder;
+- a rank is skipped only when its completion marker verifies (its shard has exactly the
+  bytes and sha256 the marker records) and the inputs the marker records (the material
+  config keys, seed, code version, policy and upstream shards) equal this run's; recorded
+  inputs that differ are refused naming the keys that differ (`--redo` recomputes), and a
+  marker that does not verify is recomputed;
+- shard, stats and marker are each written to a unique temporary file then renamed, the
+  marker last, so a crash at any point leaves the rank incomplete, never half-written.
+Any rank can run as its own process on any machine.
 """
 
 from __future__ import annotations
@@ -11,15 +19,50 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import yaml
 
-from selskill.data.layout import StageDir
-from selskill.data.shards import read_shards, write_json_atomic, write_shard
+from selskill.config import changed_settings
+from selskill.data.layout import StageDir, is_local_path
+from selskill.data.shards import (
+    ShardError,
+    file_sha256,
+    read_shards,
+    shard_digest,
+    stale_tmp_files,
+    write_json_atomic,
+    write_shard,
+    write_text_atomic,
+)
+
+# Keys that say where, as whom or how fast a stage runs, not what it computes: they are not
+# part of a rank's recorded inputs (each episode samples from its own seeded generator, so
+# batching and concurrency change results only at float rounding; docs/design.md).
+NOT_INPUTS = frozenset(
+    {
+        "exp",
+        "runs_dir",
+        "rank",
+        "redo",
+        "wandb_project",
+        "policy_device",
+        "trust_remote_code",
+        "concurrent_episodes",
+        "policy_batch_size",
+        "env_overlap",
+    }
+)
+
+
+class StageRefused(RuntimeError):
+    """A rank cannot run as asked: another process holds it, or what it recorded differs from this run."""
 
 
 def stable_seed(*parts: object) -> int:
@@ -66,8 +109,19 @@ class StageStats:
         }
 
 
-def write_stage_config(stage: StageDir, configs: Sequence) -> None:
-    """The resolved recipe of this stage (all dataclasses), for reproducibility.
+def config_values(configs: Sequence) -> dict:
+    """The plain-valued fields of the recipe sections `configs` (tuples as lists)."""
+    merged = {}
+    for cfg in configs:
+        for f in dataclasses.fields(cfg):
+            value = getattr(cfg, f.name)
+            if isinstance(value, (str, int, float, bool, type(None), list, tuple, dict)):
+                merged[f.name] = list(value) if isinstance(value, tuple) else value
+    return merged
+
+
+def write_stage_config(stage: StageDir, configs: Sequence, seed: int | None = None) -> None:
+    """The resolved recipe of this stage (all dataclasses, and the seed), for reproducibility.
 
     A stage whose ranks are all complete keeps the config it was computed with (a rerun
     that skips it, possibly from another experiment linking to it, must not relabel it);
@@ -81,73 +135,273 @@ def write_stage_config(stage: StageDir, configs: Sequence) -> None:
         and len(stage.completed_ranks()) >= run.world_size
     ):
         return
-    merged = {}
-    for cfg in configs:
-        for f in dataclasses.fields(cfg):
-            value = getattr(cfg, f.name)
-            if isinstance(value, (str, int, float, bool, type(None), list, tuple, dict)):
-                merged[f.name] = list(value) if isinstance(value, tuple) else value
-    stage.path.mkdir(parents=True, exist_ok=True)
-    tmp = stage.config.with_name("config.yaml.tmp")
-    tmp.write_text(yaml.safe_dump(merged, sort_keys=True))
-    tmp.replace(stage.config)
+    merged = config_values(configs)
+    if seed is not None:
+        merged["seed"] = int(seed)
+    write_text_atomic(yaml.safe_dump(merged, sort_keys=True), stage.config)
+
+
+def policy_fingerprint(source: str) -> str:
+    """Identity of a model: for a directory, its files' names, sizes and first and last MiB; else the hub id.
+
+    Content, not path: an experiment that links another's round 0 has the same policy.
+    """
+    if not is_local_path(source):
+        return f"hub:{source}"
+    path = Path(source).expanduser()
+    if not path.is_dir():
+        return f"missing:{source}"
+    h = hashlib.sha256()
+    for p in sorted(path.iterdir()):
+        if not p.is_file() or p.name.startswith("."):
+            continue
+        size = p.stat().st_size
+        h.update(f"{p.name}:{size}\n".encode())
+        with open(p, "rb") as f:
+            h.update(f.read(1 << 20))
+            if size > 2 << 20:
+                f.seek(size - (1 << 20))
+                h.update(f.read())
+    return h.hexdigest()[:16]
+
+
+def stage_fingerprint(stage: StageDir) -> str:
+    """Identity of a stage's output: the sha256 of each completed rank's shard (as its marker records it)."""
+    ranks = stage.completed_ranks()
+    if not ranks:
+        return "missing"
+    h = hashlib.sha256()
+    for r in ranks:
+        digest = (stage.read_marker(r) or {}).get("sha256")
+        if digest is None:  # a marker written before markers recorded it
+            digest = file_sha256(stage.shard(r)) if stage.shard(r).is_file() else "missing"
+        h.update(f"{r}:{digest}\n".encode())
+    return h.hexdigest()[:16]
+
+
+def fingerprint(record: dict) -> str:
+    return hashlib.sha256(json.dumps(record, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+@dataclass
+class StageInputs:
+    """What a stage's rows depend on: recorded in each rank's completion marker, compared on every rerun.
+
+    `configs` are the recipe sections the stage reads (keys in `NOT_INPUTS` left out),
+    `code_version` the stage module's `CODE_VERSION` (bump it when a change alters the
+    rows), `policy` the model it runs, `upstream` the stages of the same round it reads.
+    """
+
+    configs: Sequence
+    seed: int
+    code_version: int
+    policy: str | None = None
+    upstream: Sequence[str] = ()
+
+    def record(self, stage: StageDir) -> dict:
+        out = {k: v for k, v in config_values(self.configs).items() if k not in NOT_INPUTS}
+        out["seed"] = int(self.seed)
+        out["code_version"] = self.code_version
+        if self.policy is not None:
+            out["policy"] = policy_fingerprint(self.policy)
+        for name in self.upstream:
+            out[f"{name} shards"] = stage_fingerprint(StageDir(stage.path.parent / name))
+        return out
+
+    def changes(self, recorded: dict, now: dict) -> list[str]:
+        """`key: recorded -> now` for each input that differs.
+
+        A key added to a recipe section after the marker was written counts as unchanged
+        while it keeps its default; a key that no longer exists is ignored.
+        """
+        defaults = {}
+        for cfg in self.configs:
+            for f in dataclasses.fields(cfg):
+                if f.default is not dataclasses.MISSING:
+                    defaults[f.name] = f.default
+        old = {k: recorded[k] if k in recorded else defaults.get(k, recorded.get(k)) for k in now}
+        return changed_settings(old, now)
+
+
+@contextmanager
+def rank_lock(stage: StageDir, rank: int, log: Callable[[str], None] = print) -> Iterator[None]:
+    """Hold `locks/NNNNN.lock` of this rank (flock, released by the kernel if the process dies)."""
+    import fcntl
+    import socket
+
+    path = stage.lock(rank)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = path.read_text().strip() or "another process"
+            raise StageRefused(
+                f"{stage.path.name}: rank {rank} is being computed by another process ({holder}; lock {path}). "
+                "Two writers on one rank are refused: wait for that one to finish (a rerun then skips the rank) "
+                "or stop it, then rerun"
+            ) from None
+        except OSError as exc:  # a filesystem without locks: say so, do not refuse to work
+            log(
+                f"{stage.path.name}: cannot lock {path} ({exc}): concurrent writers of rank {rank} are not detected"
+            )
+        os.ftruncate(fd, 0)
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+        os.write(fd, f"pid {os.getpid()} on {socket.gethostname()} since {stamp}\n".encode())
+        yield
+    finally:
+        os.close(fd)
+
+
+def _refuse_changed(stage: StageDir, rank: int, changes: list[str], what: str) -> None:
+    if changes:
+        raise StageRefused(
+            f"{stage.path.name}: {what} was computed with other inputs than this run: {'; '.join(changes)} "
+            f"(recorded in {stage.marker(rank)}, config in {stage.config}). Rerun with --redo to recompute "
+            "(every rank of the stage), or restore the recorded values"
+        )
 
 
 def run_rank(
     stage: StageDir,
     kind: str,
-    rank: int,
-    redo: bool,
+    run,
+    inputs: StageInputs,
     compute: Callable[[StageStats], list[dict]],
     log: Callable[[str], None] = print,
 ) -> bool:
-    """Compute and persist one rank; returns False when it was already complete and skipped."""
-    if stage.is_complete(rank) and not redo:
-        log(f"{stage.path.name}: rank {rank} already complete, skipping ({stage.marker(rank)})")
-        return False
-    stage.marker(rank).unlink(missing_ok=True)
-    stats = StageStats()
-    t0 = time.perf_counter()
-    rows = compute(stats)
-    stats.seconds = time.perf_counter() - t0
-    stats.rows = len(rows)
-    write_shard(rows, stage.shard(rank), kind)
-    write_json_atomic(stats.to_dict(), stage.stats_file(rank))
-    stage.marker(rank).parent.mkdir(parents=True, exist_ok=True)
-    stage.marker(rank).write_text(json.dumps({"rows": stats.rows, "finished": time.time()}) + "\n")
+    """Compute and persist rank `run.rank` under its lock; returns False when it was complete and skipped.
+
+    Refused (`StageRefused`): another process holds the rank, or without `run.redo` this
+    rank or another complete rank of the stage recorded other inputs than `inputs`.
+    """
+    rank, name = run.rank, stage.path.name
+    with rank_lock(stage, rank, log):
+        for path in (stage.shard(rank), stage.stats_file(rank), stage.marker(rank)):
+            for tmp in stale_tmp_files(path):  # left by a writer of this rank that was killed
+                tmp.unlink(missing_ok=True)
+        record = inputs.record(stage)
+        marker = stage.read_marker(rank)
+        if marker is not None and not run.redo:
+            problem = stage.problem(rank)
+            if problem is None:
+                if "inputs" not in marker:
+                    log(
+                        f"{name}: rank {rank}'s marker predates recorded inputs: reused unchecked (--redo recomputes)"
+                    )
+                else:
+                    _refuse_changed(stage, rank, inputs.changes(marker["inputs"], record), f"rank {rank}")
+                log(f"{name}: rank {rank} already complete, skipping ({stage.marker(rank)})")
+                return False
+            log(f"{name}: rank {rank} is recomputed: {problem}")
+        if not run.redo:
+            for other in stage.completed_ranks():
+                recorded = (stage.read_marker(other) or {}).get("inputs") if other != rank else None
+                if recorded is not None:
+                    _refuse_changed(stage, other, inputs.changes(recorded, record), f"its rank {other}")
+        stage.marker(rank).unlink(missing_ok=True)
+        write_stage_config(stage, inputs.configs, inputs.seed)
+        stats = StageStats()
+        t0 = time.perf_counter()
+        rows = compute(stats)
+        stats.seconds = time.perf_counter() - t0
+        stats.rows = len(rows)
+        write_shard(rows, stage.shard(rank), kind)
+        write_json_atomic(stats.to_dict(), stage.stats_file(rank))
+        marker = {**shard_digest(stage.shard(rank)), "finished": time.time()}
+        write_json_atomic(marker | {"fingerprint": fingerprint(record), "inputs": record}, stage.marker(rank))
     return True
 
 
 def read_stage(stage: StageDir, kind: str, world_size: int | None = None):
-    """All shards of a completed upstream stage; fails naming what is missing and the fix."""
-    files = stage.shard_files()
-    if not files:
+    """All shards of a completed upstream stage; fails naming what is missing or wrong and the fix.
+
+    Every rank of the stage must be complete: 0 .. n-1 for the world size its markers
+    record (else `world_size`), each shard matching its marker, all ranks with the same
+    recorded inputs.
+    """
+    name, files = stage.path.name, stage.shard_files()
+    done = stage.completed_ranks()
+    if not files and not done:
         raise FileNotFoundError(
-            f"no {kind} shards in {stage.shards}: run the {stage.path.name} stage for this round first"
+            f"no {kind} shards in {stage.shards}: run the {name} stage for this round first"
         )
-    done = set(stage.completed_ranks())
-    incomplete = [f for f in files if int(f.stem) not in done]
-    if incomplete:
+    markers = {r: stage.read_marker(r) or {} for r in done}
+    unmarked = [f for f in files if not f.stem.isdigit() or int(f.stem) not in markers]
+    if unmarked:
         raise FileNotFoundError(
-            f"{stage.path.name} shards {[f.name for f in incomplete]} have no completion marker: the stage was "
+            f"{name} shards {[f.name for f in unmarked]} have no completion marker: the stage was "
             f"interrupted; rerun it (completed ranks are skipped)"
         )
-    if world_size is not None and len(done) < world_size:
-        missing = sorted(set(range(world_size)) - done)
-        raise FileNotFoundError(f"{stage.path.name}: ranks {missing} have not finished; run them first")
-    return read_shards(files, kind)
+    recorded_sizes = {r: m["inputs"].get("world_size") for r, m in markers.items() if "inputs" in m}
+    sizes = sorted(set(recorded_sizes.values()) - {None})
+    if len(sizes) > 1:
+        by_size = {s: [r for r, v in recorded_sizes.items() if v == s] for s in sizes}
+        raise FileNotFoundError(
+            f"{name}: its ranks were computed with different world sizes ({by_size}, world size: ranks): rerun "
+            f"the stage with --redo at one world size, or delete the ranks of the other one from {stage.path}"
+        )
+    expected = sizes[0] if sizes else world_size
+    if expected is not None:
+        missing = sorted(set(range(expected)) - set(markers))
+        if missing:
+            raise FileNotFoundError(
+                f"{name}: rank{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} of world size "
+                f"{expected} {'have' if len(missing) > 1 else 'has'} not finished (no completion marker in "
+                f"{stage.completions}): run the {name} stage with --rank R --world_size {expected} for "
+                f"{'them' if len(missing) > 1 else 'it'} first (complete ranks are skipped)"
+            )
+        extra = sorted(r for r in markers if r >= expected) if sizes else []
+        if extra:
+            raise FileNotFoundError(
+                f"{name}: ranks {extra} lie outside the world size {expected} the other ranks recorded (left from "
+                f"an earlier run): delete their shards and markers ({stage.shards}, {stage.completions}) or rerun "
+                f"the stage with --redo"
+            )
+    for r in sorted(markers):
+        problem = stage.problem(r)
+        if problem:
+            raise ShardError(
+                f"{name} rank {r}: {problem}. Rerun the {name} stage: a rank whose shard does not match its "
+                f"marker is recomputed (complete ranks are skipped)"
+            )
+    recorded = {r: m["inputs"] for r, m in markers.items() if "inputs" in m}
+    if recorded:
+        first = min(recorded)
+        for r, rec in recorded.items():
+            changes = changed_settings(recorded[first], rec)
+            if changes:
+                raise StageRefused(
+                    f"{name}: ranks {first} and {r} were computed with different inputs ({'; '.join(changes)}): "
+                    f"rerun the {name} stage with --redo so that every rank is computed with this recipe"
+                )
+    return read_shards([stage.shard(r) for r in sorted(markers)], kind)
+
+
+def record_skipped_games(stats: StageStats | None, index, log: Callable[[str], None] = print) -> None:
+    """Games the index skipped (unreadable, unsupported, ...): counted in the stage's stats and said."""
+    if not index.skipped:
+        return
+    if stats is not None:
+        skipped = Counter(stats.extra.get("games_skipped", {}))
+        skipped.update(index.skipped)
+        stats.extra["games_skipped"] = dict(sorted(skipped.items()))
+    log(f"games: {index.summary()}")
 
 
 def collect_stats(stage: StageDir) -> dict:
     """Sum of the per-rank stats files of a stage."""
-    total: dict = {"rows": 0, "tokens": 0, "seconds": 0.0, "failures": Counter()}
+    total: dict = {"rows": 0, "tokens": 0, "seconds": 0.0, "failures": Counter(), "games_skipped": Counter()}
     for f in sorted(stage.stats.glob("*.json")) if stage.stats.is_dir() else []:
         s = json.loads(f.read_text())
         total["rows"] += s.get("rows", 0)
         total["tokens"] += s.get("tokens", 0)
         total["seconds"] += s.get("seconds", 0.0)
         total["failures"].update(s.get("failures", {}))
+        total["games_skipped"].update(s.get("games_skipped", {}))
     total["failures"] = dict(total["failures"])
+    total["games_skipped"] = dict(total["games_skipped"])
     return total
 
 

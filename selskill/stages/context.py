@@ -14,8 +14,8 @@ from selskill.agent.action_choice import check_action_choice
 from selskill.agent.eval_modes import prompt_setup
 from selskill.agent.runner import EpisodeRunner, RunnerConfig
 from selskill.agent.turn_format import TurnFormat
-from selskill.config import PolicyConfig, RunConfig
-from selskill.data.layout import resolve_round_policy
+from selskill.config import PolicyConfig, RunConfig, check_at_least, check_choice
+from selskill.data.layout import check_model_source, resolve_round_policy
 from selskill.envs.alfworld import AlfworldEnv, GameIndex, find_games
 from selskill.skills import load_alfworld_skills
 
@@ -37,6 +37,13 @@ class GamesConfig:
     games_seed: int = field(
         default=0, metadata={"help": "generation seed (the same seed writes identical games)"}
     )
+
+    def __post_init__(self):
+        from selskill.envs.alfworld_gen import SIZES
+
+        check_choice(self, "games_size", SIZES)
+        check_at_least(self, 0, "games_train_per_type", "games_eval_per_type")
+        check_at_least(self, -1, "games_unseen_per_type", why="-1 = games_eval_per_type")
 
     def per_type(self, split: str) -> int:
         if split == "train":
@@ -91,6 +98,22 @@ class RolloutConfig:
 
     def __post_init__(self):
         check_action_choice(self.action_choice)
+        from selskill.agent.turn_format import ADMISSIBLE_STYLES, STYLES
+        from selskill.skills.listing import STYLES as LISTING_STYLES
+
+        check_choice(self, "turn_style", STYLES)
+        check_choice(self, "turn_admissible", ADMISSIBLE_STYLES)
+        check_choice(self, "listing_style", LISTING_STYLES)
+        check_at_least(
+            self,
+            1,
+            "max_env_steps",
+            "max_turns",
+            "max_context_tokens",
+            "max_new_tokens",
+            "concurrent_episodes",
+            "policy_batch_size",
+        )
 
     def turn_format(self) -> TurnFormat:
         return TurnFormat(
@@ -121,6 +144,7 @@ def sampling_policy_path(run: RunConfig, pol: PolicyConfig) -> str:
 
 
 def load_policy(pol: PolicyConfig, path: str, rollout: RolloutConfig, seed: int = 0):
+    check_model_source(path, "the policy")
     if pol.policy_backend == "vllm":
         from selskill.policy.vllm_backend import VLLMPolicy
 

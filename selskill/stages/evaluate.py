@@ -13,20 +13,25 @@ from pathlib import Path
 
 from selskill.agent.eval_modes import MODES
 from selskill.agent.runner import EpisodeSpec
-from selskill.config import PolicyConfig, RunConfig
+from selskill.config import PolicyConfig, RunConfig, bad_value, check_at_least
 from selskill.data.layout import StageDir
 from selskill.data.shards import write_json_atomic
+from selskill.envs.alfworld import KNOWN_SPLITS
 from selskill.metrics import compute_metrics, metrics_by_task_type
 from selskill.stages.common import (
+    StageInputs,
     StageStats,
     balanced_tasks,
     progress_bar,
     read_stage,
+    record_skipped_games,
     run_rank,
     shard_items,
     stable_seed,
 )
 from selskill.stages.context import RolloutConfig, game_index, load_policy, make_runner
+
+CODE_VERSION = 1  # bump when a change alters the rows this stage writes (completed ranks are then refused)
 
 
 @dataclass
@@ -50,6 +55,13 @@ class EvalConfig:
     def __post_init__(self):
         if self.eval_mode not in MODES:
             raise ValueError(f"eval_mode {self.eval_mode!r} is not one of: {', '.join(MODES)}")
+        if not self.splits or any(s not in KNOWN_SPLITS for s in self.splits):
+            raise bad_value(
+                "eval_splits", self.eval_splits, f"a comma-separated list of {', '.join(KNOWN_SPLITS)}"
+            )
+        check_at_least(self, 0, "eval_max_tasks", why="0 = every task of each split")
+        check_at_least(self, 0, "eval_temperature", why="0 = greedy, the paper's setting")
+        check_at_least(self, 1, "eval_bootstrap", why="resamples of the 95 percent intervals")
 
     @property
     def stage(self) -> str:
@@ -80,6 +92,7 @@ def evaluate_rows(
     rank: int = 0,
     world_size: int = 1,
     games_root: str | None = None,
+    stats: StageStats | None = None,
 ) -> list[dict]:
     rows = []
     for split in cfg.splits:
@@ -89,6 +102,7 @@ def evaluate_rows(
             index = find_games(games_root, splits=split, grammar=run.alfworld_grammar)
         else:
             index = game_index(run, split)
+        record_skipped_games(stats, index)
         tasks = balanced_tasks(index.games, cfg.eval_max_tasks)
         mine = shard_items(tasks, rank, world_size)
         by_id = index.by_id()
@@ -142,15 +156,16 @@ def run_eval(
 ) -> dict | None:
     """Evaluate this rank's tasks; the last rank to finish writes metrics.json for the round."""
     stage = StageDir.of(run.runs_dir, run.exp, run.round, cfg.stage)
+    path = model_path or eval_policy_path(run)
 
     def compute(stats: StageStats) -> list[dict]:
-        path = model_path or eval_policy_path(run)
         policy = load_policy(pol, path, rollout, seed)
-        rows = evaluate_rows(policy, run, rollout, cfg, seed, run.rank, run.world_size)
+        rows = evaluate_rows(policy, run, rollout, cfg, seed, run.rank, run.world_size, stats=stats)
         stats.tokens = sum(len(r["token_ids"]) for r in rows)
         return rows
 
-    computed = run_rank(stage, "rollout", run.rank, run.redo, compute)
+    inputs = StageInputs([run, pol, rollout, cfg], seed, CODE_VERSION, policy=path)
+    computed = run_rank(stage, "rollout", run, inputs, compute)
     if len(stage.completed_ranks()) < run.world_size:
         return None
     if not computed and (stage.path / "metrics.json").is_file():

@@ -15,18 +15,21 @@ from dataclasses import dataclass, field
 
 from selskill.agent.runner import EpisodeSpec, ForkStart
 from selskill.agent.turn_format import forced_prefix, render_skill_call
-from selskill.config import PolicyConfig, RunConfig
+from selskill.config import PolicyConfig, RunConfig, check_at_least, check_unit
 from selskill.data.layout import StageDir
 from selskill.stages.common import (
+    StageInputs,
     StageStats,
     progress_bar,
     read_stage,
+    record_skipped_games,
     run_rank,
     shard_items,
     stable_seed,
-    write_stage_config,
 )
 from selskill.stages.context import RolloutConfig, game_index, load_policy, make_runner, sampling_policy_path
+
+CODE_VERSION = 1  # bump when a change alters the rows this stage writes (completed ranks are then refused)
 
 
 @dataclass
@@ -37,6 +40,18 @@ class ForkConfig:
     fork_k_skip: int = field(default=2, metadata={"help": "continuations per branch point that skip it"})
     fork_temperature: float = field(default=1.0, metadata={"help": "sampling temperature after the fork"})
     fork_top_p: float = field(default=1.0, metadata={"help": "nucleus sampling after the fork"})
+
+    def __post_init__(self):
+        check_at_least(
+            self,
+            1,
+            "fork_k_invoke",
+            "fork_k_skip",
+            why="a local pair compares the best invoke with the best skip continuation of a branch point; "
+            "for episode pairs only, set label_kinds: episode",
+        )
+        check_at_least(self, 0, "fork_temperature", why="0 = greedy")
+        check_unit(self, "fork_top_p")
 
 
 def fork_start(source: dict, branch: dict, arm: str) -> ForkStart:
@@ -66,18 +81,20 @@ def fork_start(source: dict, branch: dict, arm: str) -> ForkStart:
 
 def run_fork(run: RunConfig, pol: PolicyConfig, rollout: RolloutConfig, cfg: ForkConfig, seed: int) -> bool:
     stage = StageDir.of(run.runs_dir, run.exp, run.round, "fork")
-    write_stage_config(stage, [run, pol, rollout, cfg])
+    path = sampling_policy_path(run, pol)
 
     def compute(stats: StageStats) -> list[dict]:
-        branches = read_stage(StageDir.of(run.runs_dir, run.exp, run.round, "branch"), "branch").to_pylist()
+        sd = lambda name: StageDir.of(run.runs_dir, run.exp, run.round, name)  # noqa: E731
+        branches = read_stage(sd("branch"), "branch", run.world_size).to_pylist()
         mine = shard_items(sorted(branches, key=lambda b: b["branch_id"]), run.rank, run.world_size)
         if not mine:
             return []
-        rollouts = read_stage(StageDir.of(run.runs_dir, run.exp, run.round, "sample"), "rollout")
+        rollouts = read_stage(sd("sample"), "rollout", run.world_size)
         needed = {b["rollout_id"] for b in mine}
         sources = {r["rollout_id"]: r for r in rollouts.to_pylist() if r["rollout_id"] in needed}
         index = game_index(run, sources[mine[0]["rollout_id"]]["task_id"].split("/", 1)[0])
-        policy = load_policy(pol, sampling_policy_path(run, pol), rollout, seed)
+        record_skipped_games(stats, index)
+        policy = load_policy(pol, path, rollout, seed)
         runner = make_runner(policy, index, rollout, cfg.fork_temperature, cfg.fork_top_p)
         specs = []
         for b in mine:
@@ -133,4 +150,6 @@ def run_fork(run: RunConfig, pol: PolicyConfig, rollout: RolloutConfig, cfg: For
         )
         return out
 
-    return run_rank(stage, "fork", run.rank, run.redo, compute)
+    upstream = ("sample", "branch")
+    inputs = StageInputs([run, pol, rollout, cfg], seed, CODE_VERSION, policy=path, upstream=upstream)
+    return run_rank(stage, "fork", run, inputs, compute)

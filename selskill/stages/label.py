@@ -23,17 +23,20 @@ import random
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
-from selskill.config import RunConfig
+from selskill.config import RunConfig, bad_value, check_at_least, check_choice
 from selskill.data.layout import StageDir
 from selskill.data.schema import ROLE_ASSISTANT
 from selskill.stages.common import (
+    StageInputs,
     StageStats,
     read_stage,
     run_rank,
     shard_items,
     stable_seed,
-    write_stage_config,
 )
+
+KINDS = ("both", "episode", "local")
+CODE_VERSION = 1  # bump when a change alters the rows this stage writes (completed ranks are then refused)
 
 
 @dataclass
@@ -46,6 +49,15 @@ class LabelConfig:
         metadata={"help": "target share of episode pairs after downsampling the other kind (-1 = keep all)"},
     )
     label_kinds: str = field(default="both", metadata={"help": "pair kinds to write: both | episode | local"})
+
+    def __post_init__(self):
+        check_choice(self, "label_kinds", KINDS)
+        check_at_least(
+            self, 1, "label_episode_max_rejected", why="failures paired with a task's best success"
+        )
+        f = self.label_episode_fraction
+        if not (f == -1 or 0 <= f <= 1):
+            raise bad_value("label_episode_fraction", f, "in [0, 1], or -1", "-1 keeps every pair")
 
 
 def completion(token_ids, role, turn, start: int, base_turn: int, window_n: int) -> dict:
@@ -268,11 +280,11 @@ def yield_summary(pairs: list[dict], discards: Counter, n_tasks: int) -> dict:
 def run_label(run: RunConfig, cfg: LabelConfig, window_n: int, seed: int) -> bool:
     """`window_n`: the recipe's local window (train_window_n; -1 = all) used for the stored default mask."""
     stage = StageDir.of(run.runs_dir, run.exp, run.round, "label")
-    write_stage_config(stage, [run, cfg])
+    local = cfg.label_kinds in ("both", "local")
 
     def compute(stats: StageStats) -> list[dict]:
         sd = lambda name: StageDir.of(run.runs_dir, run.exp, run.round, name)  # noqa: E731
-        rollouts = read_stage(sd("sample"), "rollout").to_pylist()
+        rollouts = read_stage(sd("sample"), "rollout", run.world_size).to_pylist()
         tasks = shard_items(sorted({r["task_id"] for r in rollouts}), run.rank, run.world_size)
         mine = set(tasks)
         discards: Counter = Counter()
@@ -284,11 +296,12 @@ def run_label(run: RunConfig, cfg: LabelConfig, window_n: int, seed: int) -> boo
                     by_task[r["task_id"]].append(r)
             for task in tasks:
                 pairs += episode_pairs(by_task[task], cfg.label_episode_max_rejected, discards)
-        if cfg.label_kinds in ("both", "local"):
-            branches = [b for b in read_stage(sd("branch"), "branch").to_pylist() if b["task_id"] in mine]
+        if local:
+            branches = read_stage(sd("branch"), "branch", run.world_size).to_pylist()
+            branches = [b for b in branches if b["task_id"] in mine]
             forks = defaultdict(list)
             if branches:
-                for f in read_stage(sd("fork"), "fork").to_pylist():
+                for f in read_stage(sd("fork"), "fork", run.world_size).to_pylist():
                     if f["task_id"] in mine:
                         forks[f["branch_id"]].append(f)
             for b in sorted(branches, key=lambda b: b["branch_id"]):
@@ -307,4 +320,9 @@ def run_label(run: RunConfig, cfg: LabelConfig, window_n: int, seed: int) -> boo
         stats.extra["yield"] = yield_summary(pairs, discards, len(tasks))
         return pairs
 
-    return run_rank(stage, "pair", run.rank, run.redo, compute)
+    # window_n only sets the stored default mask: the trainer rebuilds the mask for any n from each token's
+    # role and turn, so it is not an input (the replication's n=1/3/all variants share these pairs)
+    upstream = ("sample", "branch", "fork") if local else ("sample",)
+    return run_rank(
+        stage, "pair", run, StageInputs([run, cfg], seed, CODE_VERSION, upstream=upstream), compute
+    )

@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 
 from selskill.config import Recipe
-from selskill.data.layout import StageDir, policy_dir, round_dir
+from selskill.data.layout import StageDir, policy_dir, resolve_round_policy, round_dir
 from selskill.stages.branch import run_branch
 from selskill.stages.common import collect_stats
 from selskill.stages.context import ensure_games
@@ -56,12 +56,17 @@ def run_train_stage(argv: list[str]) -> None:
 
 def run_round(recipe: Recipe, argv: list[str]) -> dict:
     run = recipe.run
+    if run.round < 1:
+        resolve_round_policy(run, recipe.policy)  # says what round 0 is and which command builds it
     ensure_games(run, recipe.games)
     if run.round == 1:
         ensure_init_policy(recipe)
-        if not recipe.policy.model_name_or_path:
-            init_run = dataclasses.replace(run, round=0, rank=0, world_size=1, redo=False)
-            run_eval(init_run, recipe.policy, recipe.rollout, recipe.eval, recipe.seed)
+        # the starting policy (built or given) is Table 1's first row and the paired baseline; an
+        # experiment whose round 0 links another's (the replication's variants) leaves that eval to it
+        init_run = dataclasses.replace(run, round=0, rank=0, world_size=1, redo=False)
+        start = resolve_round_policy(run, recipe.policy)[0]
+        if not round_dir(run.runs_dir, run.exp, 0).is_symlink():
+            run_eval(init_run, recipe.policy, recipe.rollout, recipe.eval, recipe.seed, model_path=start)
     for r in _ranks(run):
         run_sample(r, recipe.policy, recipe.rollout, recipe.sample, recipe.seed)
     for r in _ranks(run):
@@ -141,6 +146,7 @@ def format_summary(summary: dict) -> str:
         lines.append(
             f"  {name:<7} rows={s['rows']:<6} seconds={s['seconds']:.0f}"
             + (f" failures={s['failures']}" if s["failures"] else "")
+            + (f" games_skipped={s['games_skipped']}" if s.get("games_skipped") else "")
         )
     lines.append(f"  pairs: {summary['pairs_by_kind'] or 'none'}")
     for key in sorted(k for k in summary if k.startswith("metrics_round_")):

@@ -9,18 +9,21 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from selskill.agent.runner import EpisodeSpec
-from selskill.config import PolicyConfig, RunConfig
+from selskill.config import PolicyConfig, RunConfig, check_at_least, check_unit
 from selskill.data.layout import StageDir
 from selskill.stages.common import (
+    StageInputs,
     StageStats,
     balanced_tasks,
     progress_bar,
+    record_skipped_games,
     run_rank,
     shard_items,
     stable_seed,
-    write_stage_config,
 )
 from selskill.stages.context import RolloutConfig, game_index, load_policy, make_runner, sampling_policy_path
+
+CODE_VERSION = 1  # bump when a change alters the rows this stage writes (completed ranks are then refused)
 
 
 @dataclass
@@ -31,9 +34,18 @@ class SampleConfig:
     sample_temperature: float = field(default=1.0, metadata={"help": "sampling temperature"})
     sample_top_p: float = field(default=1.0, metadata={"help": "nucleus sampling"})
 
+    def __post_init__(self):
+        check_at_least(self, 1, "sample_k", why="rollouts per task; the paper uses 10")
+        check_at_least(self, 0, "sample_max_tasks", why="0 = every task of the split")
+        check_at_least(self, 0, "sample_temperature", why="0 = greedy")
+        check_unit(self, "sample_top_p")
 
-def task_list(run: RunConfig, split: str, max_tasks: int) -> tuple[list, object]:
+
+def task_list(
+    run: RunConfig, split: str, max_tasks: int, stats: StageStats | None = None
+) -> tuple[list, object]:
     index = game_index(run, split)
+    record_skipped_games(stats, index)
     return balanced_tasks(index.games, max_tasks), index
 
 
@@ -45,12 +57,11 @@ def run_sample(
     run: RunConfig, pol: PolicyConfig, rollout: RolloutConfig, cfg: SampleConfig, seed: int
 ) -> bool:
     stage = StageDir.of(run.runs_dir, run.exp, run.round, "sample")
-    write_stage_config(stage, [run, pol, rollout, cfg])
+    path = sampling_policy_path(run, pol)
 
     def compute(stats: StageStats) -> list[dict]:
-        tasks, index = task_list(run, cfg.sample_split, cfg.sample_max_tasks)
+        tasks, index = task_list(run, cfg.sample_split, cfg.sample_max_tasks, stats)
         mine = shard_items(tasks, run.rank, run.world_size)
-        path = sampling_policy_path(run, pol)
         policy = load_policy(pol, path, rollout, seed)
         runner = make_runner(policy, index, rollout, cfg.sample_temperature, cfg.sample_top_p)
         by_id = index.by_id()
@@ -97,4 +108,5 @@ def run_sample(
         )
         return out
 
-    return run_rank(stage, "rollout", run.rank, run.redo, compute)
+    inputs = StageInputs([run, pol, rollout, cfg], seed, CODE_VERSION, policy=path)
+    return run_rank(stage, "rollout", run, inputs, compute)

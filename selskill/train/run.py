@@ -7,8 +7,12 @@
 
 The policy trained (and the reference) is round r-1's `train/model` (round 1: the recipe's
 `model_name_or_path`, else the run's init policy at round_0/train/model). Rerunning resumes
-from the last checkpoint; a round with `COMPLETED` is skipped unless `--redo`. `model/` holds
-the weights and the tokenizer; `COMPLETED` is written last.
+from the last *complete* checkpoint: a newer one that a crash left half-written (a truncated
+weights or optimizer file, no trainer_state.json) is moved aside to `incomplete-checkpoint-N`
+with a message naming it and the file. A round with `COMPLETED` is skipped unless `--redo`.
+`model/` holds the weights and the tokenizer; `COMPLETED` is written last. After a resume,
+its `train_loss` is the mean loss of the steps this process ran (`train_loss_steps`, after
+`resumed_at_step`), as the Trainer computes it; `logged_losses` covers the whole run.
 """
 
 from __future__ import annotations
@@ -26,8 +30,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from selskill.data.layout import StageDir, resolve_round_policy
-from selskill.data.shards import read_shards, write_json_atomic
+from selskill.data.layout import StageDir, check_model_source, resolve_round_policy
+from selskill.data.shards import read_shards, write_json_atomic, write_text_atomic
 
 COMPLETED = "COMPLETED"
 DATASET_DIR = "dataset"
@@ -204,17 +208,95 @@ def write_resolved_config(path: Path, *configs) -> None:
     flat: dict = {}
     for c in configs:
         flat.update(c.to_dict() if hasattr(c, "to_dict") else dataclasses.asdict(c))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(yaml.safe_dump(_jsonable(flat), sort_keys=True))
-    tmp.replace(path)
+    write_text_atomic(yaml.safe_dump(_jsonable(flat), sort_keys=True), path)
+
+
+# --- checkpoints ----------------------------------------------------------------------------------------
+
+INCOMPLETE_PREFIX = "incomplete-"  # not `checkpoint-*`: the Trainer neither resumes from nor rotates it
+
+
+def _safetensors_problem(path: Path) -> str | None:
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        head = f.read(8)
+        if len(head) < 8:
+            return f"{path.name} is truncated ({size} bytes)"
+        n = int.from_bytes(head, "little")
+        if 8 + n > size:
+            return f"{path.name} is truncated ({size} bytes, its header alone needs {8 + n})"
+        try:
+            header = json.loads(f.read(n))
+        except ValueError:
+            return f"{path.name} has an unreadable header"
+    end = max((t["data_offsets"][1] for k, t in header.items() if k != "__metadata__"), default=0)
+    if 8 + n + end > size:
+        return f"{path.name} is truncated ({size} of {8 + n + end} bytes)"
+    return None
+
+
+def checkpoint_problem(ckpt: Path) -> str | None:
+    """Why `ckpt` cannot be resumed from (None: it can): a file the save never finished.
+
+    trainer_state.json is the last file the Trainer writes; every weights, optimizer and
+    state file must also be whole (safetensors by its header, torch pickles by their zip
+    directory, JSON by parsing).
+    """
+    import zipfile
+
+    if not (ckpt / "trainer_state.json").is_file():
+        return "it has no trainer_state.json (the save did not finish)"
+    for f in sorted(p for p in ckpt.rglob("*") if p.is_file()):
+        rel = f.relative_to(ckpt)
+        if f.suffix == ".safetensors":
+            problem = _safetensors_problem(f)
+            if problem:
+                return problem.replace(f.name, str(rel), 1)
+        elif f.suffix in (".pt", ".pth", ".bin"):
+            try:
+                zipfile.ZipFile(f).close()
+            except (zipfile.BadZipFile, OSError) as exc:
+                return f"{rel} is truncated or corrupt ({exc})"
+        elif f.suffix == ".json":
+            try:
+                json.loads(f.read_text())
+            except (ValueError, OSError) as exc:
+                return f"{rel} is unreadable ({exc})"
+    return None
+
+
+def resumable_checkpoint(stage_path: Path) -> tuple[Path | None, list[tuple[Path, str]]]:
+    """(the newest complete checkpoint-N, the newer incomplete ones with why)."""
+    import re
+
+    found = [
+        (int(m.group(1)), p)
+        for p in (stage_path.iterdir() if stage_path.is_dir() else ())
+        if p.is_dir() and (m := re.fullmatch(r"checkpoint-(\d+)", p.name))
+    ]
+    broken = []
+    for _, ckpt in sorted(found, reverse=True):
+        problem = checkpoint_problem(ckpt)
+        if problem is None:
+            return ckpt, broken
+        broken.append((ckpt, problem))
+    return None, broken
+
+
+def set_aside(ckpt: Path) -> Path:
+    dest = ckpt.with_name(INCOMPLETE_PREFIX + ckpt.name)
+    n = 1
+    while dest.exists():
+        n += 1
+        dest = ckpt.with_name(f"{INCOMPLETE_PREFIX}{ckpt.name}.{n}")
+    ckpt.rename(dest)
+    return dest
 
 
 def run_train(run, policy, cfg) -> Path:
     """Train round `run.round`; returns the train stage directory."""
     from accelerate import PartialState
     from transformers import AutoTokenizer
-    from transformers.trainer_utils import get_last_checkpoint
 
     from selskill.train.trainer import SelSkillDPOTrainer
 
@@ -236,7 +318,11 @@ def run_train(run, policy, cfg) -> Path:
                 stage.path / STATS_FILE,
                 stage.path / "wandb_id",
             ]
-            for p in [*old, *stage.path.glob("checkpoint-*")]:
+            for p in [
+                *old,
+                *stage.path.glob("checkpoint-*"),
+                *stage.path.glob(INCOMPLETE_PREFIX + "checkpoint-*"),
+            ]:
                 shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
         stage.path.mkdir(parents=True, exist_ok=True)
     state.wait_for_everyone()
@@ -261,14 +347,23 @@ def run_train(run, policy, cfg) -> Path:
             "more (sample_k, sample_max_tasks, fork_k_*), give episodes more steps (max_env_steps), or start from a "
             "stronger policy"
         )
+    check_model_source(model_path, f"the policy round {run.round} trains")
     setup_wandb(run, cfg, stage.path, state.is_main_process)
 
     start = time.time()
     trainer = SelSkillDPOTrainer(model_path, args=cfg, train_dataset=dataset, processing_class=tokenizer)
-    last = get_last_checkpoint(str(stage.path)) if stage.path.is_dir() else None
-    if last and state.is_main_process:
-        print(f"train: resuming from {last}", flush=True)
-    result = trainer.train(resume_from_checkpoint=last)
+    last, broken = resumable_checkpoint(stage.path)
+    state.wait_for_everyone()  # every process has chosen before the main one moves anything
+    if state.is_main_process:
+        for ckpt, problem in broken:
+            print(f"train: skipping {ckpt}: {problem}; moved it to {set_aside(ckpt)}", flush=True)
+        if last:
+            print(f"train: resuming from {last}", flush=True)
+        elif broken:
+            print("train: no complete checkpoint left: training from the start", flush=True)
+    state.wait_for_everyone()
+    resumed_at = json.loads((last / "trainer_state.json").read_text())["global_step"] if last else 0
+    result = trainer.train(resume_from_checkpoint=str(last) if last else None)
 
     tmp = stage.path / "model.tmp"
     if state.is_main_process:
@@ -287,7 +382,10 @@ def run_train(run, policy, cfg) -> Path:
                 "model": str(final),
                 "policy_source": model_path,
                 "global_step": trainer.state.global_step,
-                "train_loss": result.training_loss,
+                "train_loss": result.training_loss,  # mean over train_loss_steps (this process's steps)
+                "train_loss_steps": trainer.state.global_step - resumed_at,
+                "resumed_from": str(last) if last else None,
+                "resumed_at_step": resumed_at,
                 "first_logged_loss": losses[0] if losses else None,
                 "last_logged_loss": losses[-1] if losses else None,
                 "logged_losses": losses,

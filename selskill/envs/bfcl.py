@@ -1,0 +1,641 @@
+"""BFCL multi-turn function calling behind the `Env` protocol, from bfcl-eval's shipped data.
+
+Only three real parts of `bfcl-eval==2026.3.23` are used: its data files (tasks, ground
+truth, function docs), its eight executable backends (GorillaFileSystem ... VehicleControlAPI)
+and its checker (`multi_turn_checker`). Nothing imports `bfcl_eval.utils` or
+`model_handler.*` (they pull provider SDKs), nor the memory and web-search backends.
+
+Design choices, and why:
+
+- **A step is one model response**, a list of Python-syntax calls, as in BFCL's inference
+  loop; `step("")` (or any text with no call, which is how BFCL treats a response it cannot
+  decode) ends the user turn and shows the next one. BFCL's limit of 20 call steps per turn
+  applies: the 21st quits the task as failed, as BFCL's `force_quit` does. A step that ends
+  the turn is not a function-call step and costs no env step (the paper's reference counted
+  that canned message as a step).
+- **Backends are ours**, built from `initial_config` the way BFCL builds them, and called
+  directly with the literal arguments `ast` parsed (selskill/envs/calls.py): no model text
+  is ever `eval`ed. Results are stringified exactly as BFCL does, so the agent sees what
+  BFCL's own loop would show.
+- **What is callable is what BFCL shows**: the docs of the involved classes, minus the
+  miss_func functions withheld until their turn. A call to anything else, withheld
+  functions included, gets BFCL's own text for an unknown name and runs nothing (BFCL's
+  backends would run a withheld function, but a model that guessed its name would then be
+  judged on a call it was never offered). `withheld_callable=True` restores BFCL's rule;
+  one ground truth needs it (multi_turn_miss_func_49 calls `tail` at turn 1, two turns
+  before it is revealed).
+- **`admissible_commands` are the names of the functions callable now**, not complete
+  commands: a call's arguments are open-ended literals, so no finite list of commands
+  exists; the names are what changes between turns (miss_func) and what a skill's
+  preconditions check ("place_order is available"). Admissible-action decoding, which
+  forces the output to be one listed command, therefore does not apply to BFCL.
+- **Success is BFCL's checker** run once at the end on the calls that reached a backend
+  (refused and malformed ones never ran, so the checker must not run them either), rendered
+  back from the parsed literals. The checker caches its backend instances in its module's
+  globals under a model name and the task id; every env has its own model name and frees
+  exactly its entries after each check, so a long run does not grow and two envs in one
+  process never share state. (BFCL prepends instance names with a regex that also rewrites
+  `name(` inside string arguments; ground truth goes through the same rewrite, so this
+  only matters for strings that contain a method name followed by a parenthesis.)
+- **The split is by scenario index**: the four categories are index-aligned variants of
+  the same 200 scenarios (same classes, near-identical configs), so splitting task ids would
+  put one scenario's variants in both train and test.
+- **`EnvState.task` is the latest user request**: a turn's request replaces the previous one;
+  a miss_func turn that only reveals functions keeps the request it answers.
+  `inventory()` is empty (the agent carries nothing). `info` holds the turn, the per-call
+  results (`call_results`: call, output, error) and, at the end, the checker's verdict.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import importlib
+import inspect
+import itertools
+import json
+import os
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from functools import cache
+from hashlib import sha256
+from importlib import resources
+
+from selskill.envs.base import EnvError, EnvState, replay_commands
+from selskill.envs.calls import Call, Malformed, parse_calls
+
+BFCL_VERSION = "2026.3.23"
+CATEGORIES: tuple[str, ...] = ("base", "long_context", "miss_func", "miss_param")
+N_SCENARIOS = 200
+# the eight executable backends of the multi-turn categories; the memory and web-search
+# classes share BFCL's mapping tables and are never instantiated here
+BACKEND_CLASSES: tuple[str, ...] = (
+    "GorillaFileSystem",
+    "MathAPI",
+    "MessageAPI",
+    "TwitterAPI",
+    "TicketAPI",
+    "TradingBot",
+    "TravelAPI",
+    "VehicleControlAPI",
+)
+ERROR_PREFIX = "Error during execution: "  # BFCL's text for a call that raised
+END_OF_TASK = "All user requests of this task have been handled."
+
+
+def _bfcl():
+    """bfcl-eval's constants, imported on first use so that `import selskill` never needs it."""
+    try:
+        from bfcl_eval.constants import default_prompts, executable_backend_config
+    except ImportError as exc:  # pragma: no cover - the Makefile installs it
+        raise ImportError(
+            f"BFCL needs bfcl-eval=={BFCL_VERSION}: pip install --no-deps bfcl-eval=={BFCL_VERSION} mpmath"
+        ) from exc
+    return default_prompts, executable_backend_config
+
+
+def max_steps_per_turn() -> int:
+    """BFCL's MAXIMUM_STEP_LIMIT (20): call steps allowed in one user turn."""
+    return _bfcl()[0].MAXIMUM_STEP_LIMIT
+
+
+def unknown_function_text(name: str) -> str:
+    """What BFCL answers a call to a name no backend defines (its `eval` raises NameError)."""
+    return f"{ERROR_PREFIX}name {name!r} is not defined"
+
+
+def is_error_output(output: str) -> bool:
+    """Whether a call's output reports a failure.
+
+    BFCL's backends signal one with an `error` field (in a dict, or in the one dict of a
+    list, which BFCL stringifies with `str`); a call that raised gets ERROR_PREFIX.
+    """
+    if output.startswith(ERROR_PREFIX):
+        return True
+    if not output.startswith(("{", "[{")):
+        return False
+    try:
+        value = json.loads(output)
+    except ValueError:
+        try:
+            value = ast.literal_eval(output)
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            return False
+    if isinstance(value, list) and len(value) == 1:
+        value = value[0]
+    return isinstance(value, dict) and "error" in value
+
+
+def format_output(result: object) -> str:
+    """A backend's return value as BFCL's `execute_multi_turn_func_call` turns it into text."""
+    if type(result) is str:
+        return result
+    if type(result) is dict:
+        try:
+            return json.dumps(result)
+        except (TypeError, ValueError):
+            return str(result)
+    return str(result)
+
+
+# --- tasks ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BfclTask:
+    id: str  # BFCL's own id, e.g. "multi_turn_base_17"
+    category: str
+    scenario: int  # index shared by the four categories' variants of one scenario
+    turns: tuple[str, ...]  # the user message of each turn ("" on a miss_func reveal turn)
+    involved_classes: tuple[str, ...]
+    withheld: dict  # turn index -> names of the functions revealed at that turn (miss_func)
+    ground_truth: tuple[tuple[str, ...], ...]
+    entry: dict = field(repr=False, compare=False)  # the raw test entry, for the checker
+
+    @property
+    def long_context(self) -> bool:
+        # BFCL's rule (multi_turn_utils callers): "long_context" in the category name
+        return "long_context" in self.category
+
+
+def _data_dir():
+    _bfcl()
+    return resources.files("bfcl_eval") / "data"
+
+
+def _read_jsonl(path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def check_categories(categories: Iterable[str]) -> tuple[str, ...]:
+    chosen = tuple(categories)
+    unknown = [c for c in chosen if c not in CATEGORIES]
+    if unknown or not chosen:
+        raise ValueError(
+            f"unknown BFCL categories {unknown or chosen!r}; choose from {', '.join(CATEGORIES)}"
+        )
+    return chosen
+
+
+@cache
+def _category_tasks(category: str) -> tuple[BfclTask, ...]:
+    data = _data_dir()
+    entries = _read_jsonl(data / f"BFCL_v4_multi_turn_{category}.json")
+    answers = {
+        a["id"]: a["ground_truth"]
+        for a in _read_jsonl(data / "possible_answer" / f"BFCL_v4_multi_turn_{category}.json")
+    }
+    tasks = []
+    for entry in entries:
+        turns = []
+        for messages in entry["question"]:
+            if any(m.get("role") != "user" for m in messages):
+                raise EnvError(f"{entry['id']}: a turn holds a non-user message")
+            turns.append("\n".join(m["content"] for m in messages))
+        unknown = set(entry["involved_classes"]) - set(BACKEND_CLASSES)
+        if unknown:
+            raise EnvError(f"{entry['id']}: unsupported classes {sorted(unknown)}")
+        tasks.append(
+            BfclTask(
+                id=entry["id"],
+                category=category,
+                scenario=int(entry["id"].rsplit("_", 1)[1]),
+                turns=tuple(turns),
+                involved_classes=tuple(entry["involved_classes"]),
+                withheld={int(k): tuple(v) for k, v in entry.get("missed_function", {}).items()},
+                ground_truth=tuple(tuple(t) for t in answers[entry["id"]]),
+                entry=entry,
+            )
+        )
+    return tuple(tasks)
+
+
+def load_tasks(
+    categories: Iterable[str] = CATEGORIES, scenarios: Iterable[int] | None = None
+) -> list[BfclTask]:
+    """The tasks of `categories` (in that order, by scenario), restricted to `scenarios` if given."""
+    keep = None if scenarios is None else set(scenarios)
+    return [
+        t
+        for c in check_categories(categories)
+        for t in _category_tasks(c)
+        if keep is None or t.scenario in keep
+    ]
+
+
+def ground_truth_commands(
+    task: BfclTask, max_steps: int | None = None, drop_last_call: bool = False
+) -> list[str]:
+    """The ground truth as env commands: one call per step, "" to end each turn.
+
+    A turn of more than `max_steps` calls (BFCL's 20 by default; two long_context tasks
+    have 34) is packed into at most that many steps, a call list per step, as a model would
+    batch them.
+    `drop_last_call` leaves out the task's last call (a near miss the checker must fail).
+    """
+    limit = max_steps or max_steps_per_turn()
+    turns = [list(calls) for calls in task.ground_truth]
+    if drop_last_call:
+        last = max((i for i, calls in enumerate(turns) if calls), default=None)
+        if last is not None:
+            turns[last].pop()
+    commands: list[str] = []
+    for calls in turns:
+        per_step = max(1, -(-len(calls) // limit))
+        for i in range(0, len(calls), per_step):
+            chunk = calls[i : i + per_step]
+            commands.append(chunk[0] if len(chunk) == 1 else "[" + ", ".join(chunk) + "]")
+        commands.append("")
+    return commands
+
+
+def split_scenarios(
+    test_fraction: float = 0.5, seed: int = 0, n: int = N_SCENARIOS
+) -> tuple[list[int], list[int]]:
+    """(train, test) scenario indices: a seeded shuffle by hash, the same in every process.
+
+    Split scenarios, not task ids: a scenario's four category variants share their classes
+    and state, so they must all fall on one side.
+    """
+    if not 0.0 <= test_fraction <= 1.0:
+        raise ValueError(f"test_fraction must be in [0, 1], got {test_fraction}")
+    order = sorted(range(n), key=lambda i: sha256(f"bfcl-split:{seed}:{i}".encode()).hexdigest())
+    n_test = round(n * test_fraction)
+    return sorted(order[n_test:]), sorted(order[:n_test])
+
+
+def split_tasks(
+    split: str, categories: Iterable[str] = CATEGORIES, test_fraction: float = 0.5, seed: int = 0
+) -> list[BfclTask]:
+    """The tasks of `categories` whose scenario falls in `split` ("train" or "test")."""
+    if split not in ("train", "test"):
+        raise ValueError(f"split must be 'train' or 'test', got {split!r}")
+    train, test = split_scenarios(test_fraction, seed)
+    return load_tasks(categories, train if split == "train" else test)
+
+
+# --- function docs -------------------------------------------------------------------
+
+
+@cache
+def _class_docs(class_name: str) -> tuple[dict, ...]:
+    mapping = _bfcl()[1].MULTI_TURN_FUNC_DOC_FILE_MAPPING
+    return tuple(_read_jsonl(_data_dir() / "multi_turn_func_doc" / mapping[class_name]))
+
+
+def function_docs(class_names: Iterable[str]) -> list[dict]:
+    """BFCL's docs of the classes, in BFCL's order (deep copies: callers may edit them)."""
+    return [copy.deepcopy(d) for c in class_names for d in _class_docs(c)]
+
+
+def task_function_docs(task: BfclTask, turn: int = 0) -> list[dict]:
+    """The docs BFCL shows at `turn`: every involved class's, minus functions withheld until later.
+
+    Revealed functions are appended in their turn's order, as BFCL extends its list.
+    """
+    docs = function_docs(task.involved_classes)
+    withheld = [(t, n) for t, names in sorted(task.withheld.items()) for n in names]
+    by_name = {d["name"]: d for d in docs}
+    hidden = {n for _, n in withheld}
+    shown = [d for d in docs if d["name"] not in hidden]
+    shown += [by_name[n] for t, n in withheld if t <= turn and n in by_name]
+    return shown
+
+
+_PREAMBLE_RE = re.compile(r"^This tool belongs to (?:the )?(.*?)\s*Tool description:\s*", re.S)
+_ENUM_RE = re.compile(r"\s*\[Enum\]:\s*(\[[^\]]*\])\.?")
+_DEFAULT_RE = re.compile(r"\s*Defaults to [^.]*(?:\.\d+)?[^.]*\.")
+_TYPES = {
+    "string": "str",
+    "integer": "int",
+    "float": "float",
+    "boolean": "bool",
+    "dict": "dict",
+    "any": "any",
+}
+DOC_STYLES = ("json", "compact", "brief")
+
+
+def _type_name(spec: dict) -> str:
+    kind = spec.get("type", "any")
+    if kind == "array":
+        return f"list[{_type_name(spec.get('items') or {})}]"
+    if kind == "tuple":
+        return "tuple"
+    enum = _ENUM_RE.search(spec.get("description", ""))
+    if enum and kind == "string":
+        try:
+            return "|".join(repr(v) for v in json.loads(enum.group(1)))
+        except ValueError:
+            pass
+    return _TYPES.get(kind, kind)
+
+
+def _param_note(spec: dict) -> str:
+    """A parameter's description without what the signature already says (enum, default)."""
+    text = " ".join(spec.get("description", "").split())
+    if spec.get("type") == "string":
+        text = _ENUM_RE.sub("", text)
+    if "default" in spec:
+        text = _DEFAULT_RE.sub("", text)
+    return text.strip().rstrip(".")
+
+
+def _signature(doc: dict) -> str:
+    params = doc.get("parameters") or {}
+    required = set(params.get("required") or [])
+    parts = []
+    for name, spec in (params.get("properties") or {}).items():
+        kind = _type_name(spec)
+        if name in required:
+            parts.append(f"{name}: {kind}")
+        elif "default" in spec:
+            parts.append(f"{name}: {kind} = {spec['default']!r}")
+        else:
+            parts.append(f"{name}?: {kind}")
+    returns = [r for r in ((doc.get("response") or {}).get("properties") or {}) if not r.startswith("_")]
+    tail = f" -> {', '.join(returns)}" if returns else ""
+    return f"{doc['name']}({', '.join(parts)}){tail}"
+
+
+def render_function_docs(docs: Sequence[dict], style: str = "compact") -> str:
+    """Function docs as text for a prompt.
+
+    `json` is BFCL's own rendering (`json.dumps(docs, indent=4)`, its default prompt format).
+    `compact` writes each class's preamble once, then per function its signature (types,
+    string enums as `'a'|'b'`, defaults, `?` for optional parameters, returned fields), its
+    description and one line of parameter descriptions; `brief` drops that last line. BFCL's
+    docs repeat the class preamble in every description and describe every returned field,
+    which is most of their size.
+    """
+    if style not in DOC_STYLES:
+        raise ValueError(f"unknown doc style {style!r} (allowed: {', '.join(DOC_STYLES)})")
+    if style == "json":
+        return json.dumps(list(docs), indent=4)
+    lines: list[str] = []
+    preamble = None
+    for doc in docs:
+        description = " ".join(doc.get("description", "").split())
+        match = _PREAMBLE_RE.match(description)
+        if match:
+            if match.group(1) != preamble:
+                preamble = match.group(1)
+                lines.append(f"# {preamble.rstrip('. ')}")
+            description = description[match.end() :]
+        lines.append(f"- {_signature(doc)}: {description}")
+        if style == "compact":
+            props = ((doc.get("parameters") or {}).get("properties")) or {}
+            notes = [f"{n}: {note}" for n, s in props.items() if (note := _param_note(s))]
+            if notes:
+                lines.append("    " + "; ".join(notes))
+    return "\n".join(lines)
+
+
+# --- the checker ----------------------------------------------------------------------
+
+_ENV_COUNTER = itertools.count()
+
+
+def _checker_modules():
+    _bfcl()
+    from bfcl_eval.eval_checker.multi_turn_eval import multi_turn_checker, multi_turn_utils
+
+    return multi_turn_checker, multi_turn_utils
+
+
+def _instance_key(name: str) -> str:
+    return re.sub(r"[-./:]", "_", name)  # BFCL's sanitising of its instance names
+
+
+def free_checker_cache(model_name: str, task_id: str) -> int:
+    """Drop the backend instances BFCL's checker cached for (model, task); returns how many.
+
+    `execute_multi_turn_func_call` keeps every instance it builds in its module's globals
+    under `{model}[_ground_truth]_eval_{task}_{class}_instance`, forever.
+    """
+    utils = _checker_modules()[1]
+    prefixes = tuple(_instance_key(f"{model_name}{kind}_eval_{task_id}_") for kind in ("", "_ground_truth"))
+    stale = [k for k in list(vars(utils)) if k.startswith(prefixes) and k.endswith("_instance")]
+    for key in stale:
+        del vars(utils)[key]
+    return len(stale)
+
+
+def check_calls(task: BfclTask, calls: Sequence[Sequence[Sequence[str]]], model_name: str) -> dict:
+    """BFCL's verdict on recorded calls (turn -> step -> call strings); frees the checker's cache."""
+    checker = _checker_modules()[0]
+    if len(calls) != len(task.ground_truth):
+        return {
+            "valid": False,
+            "error_type": "multi_turn:force_terminated",
+            "error_message": f"{len(calls)} turns played of {len(task.ground_truth)}",
+        }
+    try:
+        result = checker.multi_turn_checker(
+            [[list(step) for step in turn] for turn in calls],
+            [list(t) for t in task.ground_truth],
+            copy.deepcopy(task.entry),
+            f"multi_turn_{task.category}",
+            model_name,
+        )
+    except Exception as exc:
+        raise EnvError(f"{task.id}: BFCL's checker failed: {exc!r}") from exc
+    finally:
+        free_checker_cache(model_name, task.id)
+    return result
+
+
+# --- the environment -------------------------------------------------------------------
+
+
+def build_backends(task: BfclTask) -> dict[str, object]:
+    """Fresh backend instances for `task`, loaded from its initial_config as BFCL loads them."""
+    _, config = _bfcl()
+    instances = {}
+    for class_name in task.involved_classes:
+        module = importlib.import_module(config.CLASS_FILE_PATH_MAPPING[class_name])
+        instance = getattr(module, class_name)()
+        if class_name not in config.STATELESS_CLASSES:
+            scenario = copy.deepcopy(task.entry["initial_config"].get(class_name, {}))
+            instance._load_scenario(scenario, long_context=task.long_context)
+        instances[class_name] = instance
+    return instances
+
+
+def public_state(instances: dict[str, object]) -> dict[str, dict]:
+    """What BFCL's state check compares: each instance's attributes not starting with `_` (copied)."""
+    return {
+        name: copy.deepcopy({k: v for k, v in vars(inst).items() if not k.startswith("_")})
+        for name, inst in instances.items()
+    }
+
+
+class BfclEnv:
+    """The `Env` protocol over BFCL's multi-turn tasks; one instance plays many tasks in turn."""
+
+    def __init__(
+        self,
+        categories: Iterable[str] = CATEGORIES,
+        scenarios: Iterable[int] | None = None,
+        tasks: Sequence[BfclTask] | None = None,
+        withheld_callable: bool = False,
+    ):
+        chosen = list(tasks) if tasks is not None else load_tasks(categories, scenarios)
+        self._tasks = {t.id: t for t in chosen}
+        self._order = [t.id for t in chosen]
+        self.withheld_callable = withheld_callable
+        self.model_name = f"selskill_{os.getpid()}_{next(_ENV_COUNTER)}"
+        self.max_steps_per_turn = max_steps_per_turn()
+        self._task: BfclTask | None = None
+        self._state: EnvState | None = None
+
+    # -- protocol ---------------------------------------------------------------------
+
+    def task_ids(self) -> list[str]:
+        return list(self._order)
+
+    def task(self, task_id: str) -> BfclTask:
+        try:
+            return self._tasks[task_id]
+        except KeyError:
+            raise KeyError(f"unknown task id {task_id!r} ({len(self._tasks)} tasks)") from None
+
+    @property
+    def state(self) -> EnvState:
+        if self._state is None:
+            raise RuntimeError("call reset(task_id) first")
+        return self._state
+
+    def reset(self, task_id: str) -> EnvState:
+        task = self.task(task_id)
+        try:
+            self.instances = build_backends(task)
+        except Exception as exc:
+            raise EnvError(f"{task_id}: could not build the backends: {exc!r}") from exc
+        self._task = task
+        self.turn = 0
+        self.turn_steps = 0
+        self.calls: list[list[list[str]]] = [[]]  # what reached a backend: turn -> step -> calls
+        self.functions = task_function_docs(task, 0)
+        self._methods = self._bind_methods()
+        self.verdict: dict | None = None
+        self._request = task.turns[0]
+        self._state = self._make_state(task.turns[0], env_steps=0)
+        return self._state
+
+    def step(self, command: str) -> EnvState:
+        if self._state is None or self._task is None:
+            raise RuntimeError("call reset(task_id) first")
+        if self._state.done:
+            self._state = self._make_state("The task is over.", env_steps=0, done=True, won=self._state.won)
+            return self._state
+        items = parse_calls(command)
+        if items is None:
+            return self._end_turn()
+        results = [self._execute(item) for item in items]
+        executed = [r["call"] for r in results if r["executed"]]
+        if executed:
+            self.calls[-1].append(executed)
+        self.turn_steps += 1
+        observation = "\n".join(f"{r['call']} -> {r['output']}" for r in results)
+        if self.turn_steps > self.max_steps_per_turn:
+            self.verdict = {
+                "valid": False,
+                "error_type": "multi_turn:force_terminated",
+                "error_message": f"more than {self.max_steps_per_turn} steps in turn {self.turn}",
+            }
+            observation += f"\nModel has been forced to quit after {self.max_steps_per_turn} steps."
+            return self._set(self._make_state(observation, env_steps=1, done=True, results=results))
+        return self._set(self._make_state(observation, env_steps=1, results=results))
+
+    def replay(self, task_id: str, commands: Sequence[str]) -> EnvState:
+        return replay_commands(self, task_id, commands)
+
+    def inventory(self) -> list[str]:
+        return []
+
+    # -- helpers ------------------------------------------------------------------------
+
+    @property
+    def available(self) -> list[str]:
+        """Names of the functions callable now, in BFCL's doc order."""
+        return [d["name"] for d in self.functions]
+
+    def _bind_methods(self) -> dict:
+        # BFCL maps each public method name to the last involved class that has it
+        methods = {}
+        for instance in self.instances.values():
+            for name, method in inspect.getmembers(instance, predicate=inspect.ismethod):
+                if not name.startswith("_"):
+                    methods[name] = method
+        return methods
+
+    def _execute(self, item: Call | Malformed) -> dict:
+        if isinstance(item, Malformed):
+            reason = f"malformed call: {item.reason}. Write calls as name(param=literal, ...)."
+            return {"call": item.source, "output": reason, "error": True, "executed": False}
+        text = item.render()
+        method = self._methods.get(item.name)
+        if method is None or not (self.withheld_callable or item.name in self.available):
+            return {
+                "call": text,
+                "output": unknown_function_text(item.name),
+                "error": True,
+                "executed": False,
+            }
+        try:
+            output = format_output(method(*item.args, **item.kwargs))
+        except Exception as exc:  # BFCL catches every exception of a call the same way
+            output = f"{ERROR_PREFIX}{exc}"
+        return {"call": text, "output": output, "error": is_error_output(output), "executed": True}
+
+    def _end_turn(self) -> EnvState:
+        task = self._task
+        self.turn += 1
+        self.turn_steps = 0
+        if self.turn >= len(task.turns):
+            self.verdict = check_calls(task, self.calls, self.model_name)
+            won = bool(self.verdict.get("valid"))
+            return self._set(self._make_state(END_OF_TASK, env_steps=0, done=True, won=won))
+        self.calls.append([])
+        if self.turn in task.withheld:
+            self.functions = task_function_docs(task, self.turn)
+            shown = {d["name"]: d for d in self.functions}
+            new = [shown[n] for n in task.withheld[self.turn] if n in shown]
+            prompt = _bfcl()[0].DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_FC
+            observation = f"{render_function_docs(new, 'compact')}\n{prompt}"
+            if task.turns[self.turn]:
+                observation += "\n" + task.turns[self.turn]
+        else:
+            observation = task.turns[self.turn]
+        if task.turns[self.turn]:
+            self._request = task.turns[self.turn]
+        return self._set(self._make_state(observation, env_steps=0))
+
+    def _set(self, state: EnvState) -> EnvState:
+        self._state = state
+        return state
+
+    def _make_state(self, observation: str, env_steps: int, done=False, won=False, results=None) -> EnvState:
+        task = self._task
+        info = {
+            "task_id": task.id,
+            "category": task.category,
+            "scenario": task.scenario,
+            "turn": self.turn,
+            "n_turns": len(task.turns),
+            "turn_steps": self.turn_steps,
+            "call_results": [{k: r[k] for k in ("call", "output", "error")} for r in (results or [])],
+        }
+        if self.verdict is not None:
+            info["verdict"] = {k: self.verdict.get(k) for k in ("valid", "error_type", "error_message")}
+        return EnvState(
+            observation=observation,
+            admissible_commands=self.available,
+            task=self._request,
+            won=won,
+            done=done,
+            env_steps=env_steps,
+            info=info,
+        )
