@@ -8,6 +8,10 @@ BIN := $(VENV)/bin
 # TORCH_SPEC to the build you want (or to "" to keep what is installed).
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.selskill-installed
+# BFCL multi-turn (selskill/envs/bfcl.py) uses only bfcl-eval's data, backends and checker, which
+# need nothing but mpmath: installed --no-deps, as its declared dependencies pin numpy==1.26.4
+# and pull provider SDKs, faiss and tree_sitter
+BFCL_SPEC ?= bfcl-eval==2026.3.23
 
 # One torch thread per process by default (tests, multi-process training share the cores);
 # one-process jobs (init, round, eval, bench-*) use every core unless OMP_NUM_THREADS is set.
@@ -29,6 +33,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --upgrade pip
 	if [ -n "$(TORCH_SPEC)" ]; then $(BIN)/python -m pip install "$(TORCH_SPEC)"; fi
 	$(BIN)/python -m pip install -e ".[dev]"
+	$(BIN)/python -m pip install --no-deps $(BFCL_SPEC) mpmath==1.3.0
 	touch $(STAMP)
 
 setup: $(STAMP)  ## create .venv and install selskill with its dev tools
@@ -51,7 +56,8 @@ RECIPE ?= recipes/tiny.yaml
 ROUND ?= 1
 # EXP, when given, overrides the recipe's `exp` (outputs go to runs/$(EXP)/round_<r>/)
 RECIPE_ARGS = --config $(RECIPE) $(if $(filter command line environment,$(origin EXP)),--exp $(EXP))
-RECIPE_EXP = $(shell sed -n 's/^exp: *\([^ #]*\).*/\1/p' $(RECIPE) | head -1)
+# (a RECIPE that does not exist is left to selskill, which names it and lists the recipes)
+RECIPE_EXP = $(if $(wildcard $(RECIPE)),$(shell sed -n 's/^exp: *\([^ #]*\).*/\1/p' $(RECIPE) | head -1))
 RUN_EXP = $(if $(filter command line environment,$(origin EXP)),$(EXP),$(or $(RECIPE_EXP),tiny))
 .PHONY: init round eval bench-rollout bench-mini
 

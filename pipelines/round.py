@@ -3,6 +3,7 @@
 import sys
 
 from selskill.config import load_recipe, make_parser
+from selskill.stages.common import StageRefused
 from selskill.stages.round import run_round
 
 
@@ -15,7 +16,7 @@ def main(argv=None) -> int:
         return 2
     try:
         run_round(recipe, argv)
-    except FileNotFoundError as exc:
+    except (FileNotFoundError, StageRefused) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     return 0
