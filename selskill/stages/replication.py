@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 from selskill.config import load_recipe
-from selskill.data.layout import round_dir
+from selskill.data.layout import resolve_round_policy, round_dir
 from selskill.data.shards import write_json_atomic
 from selskill.stages.round import paired_sr_between, run_round
 from selskill.train.run import NoTrainablePairs
@@ -75,9 +75,11 @@ def round_1_pairs(argv: list[str]):
     from selskill.data.layout import StageDir
     from selskill.stages.common import read_stage
 
-    run = load_recipe(argv).run
+    recipe = load_recipe(argv)
+    run = recipe.run
     table = read_stage(StageDir.of(run.runs_dir, run.exp, 1, "label"), "pair", run.world_size)
-    tok = AutoTokenizer.from_pretrained(str(round_dir(run.runs_dir, run.exp, 0) / "train" / "model"))
+    # the policy round 1 trained from: the built init, or the given model_name_or_path
+    tok = AutoTokenizer.from_pretrained(resolve_round_policy(run, recipe.policy)[0])
     return table, tok
 
 
