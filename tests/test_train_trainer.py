@@ -425,3 +425,19 @@ def test_a_round_without_pairs_fails_naming_the_cause(tok, tmp_path):
     cfg = TrainConfig(output_dir=str(tmp_path / "o"), bf16=False, report_to="none")
     with pytest.raises(ValueError, match="no trainable pairs"):
         run_train(run, PolicyConfig(), cfg)
+
+
+def test_dataset_cache_key_covers_every_train_key(tmp_path):
+    """A resumed run with a changed pair selection must rebuild the cached dataset, not reuse it."""
+    import dataclasses
+
+    from selskill.train.run import _dataset_key
+
+    shard = tmp_path / "00000.parquet"
+    shard.write_bytes(b"x")
+    cfg = TrainConfig(output_dir=str(tmp_path / "o"), bf16=False, report_to="none")
+    base = _dataset_key([shard], cfg)
+    assert _dataset_key([shard], cfg) == base
+    for change in ({"train_branch_pools": "ordinary"}, {"train_max_pairs": 7}, {"train_window_n": "1"},
+                   {"max_length": 512}, {"seed": 3}):  # fmt: skip
+        assert _dataset_key([shard], dataclasses.replace(cfg, **change)) != base, change

@@ -17,6 +17,7 @@ its `train_loss` is the mean loss of the steps this process ran (`train_loss_ste
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -98,22 +99,19 @@ def read_accelerate_config(path: str) -> dict:
 
 
 def _dataset_key(shards: Sequence[Path], cfg) -> str:
+    """What the cached pair dataset depends on: the shards, every `train_*` key, max_length, seed.
+
+    The keys are taken from the config class, not listed by hand: a hand list once left out
+    `train_branch_pools` and `train_max_pairs`, and a resumed run with either changed trained
+    on the old dataset. A key that does not change the pairs only costs a rebuild.
+    """
     h = hashlib.sha256()
     for p in shards:
         st = p.stat()
         h.update(f"{p.resolve()}:{st.st_size}:{st.st_mtime_ns}\n".encode())
-    knobs = (
-        cfg.train_pair_kinds,
-        cfg.train_local_fraction,
-        cfg.train_window_n,
-        cfg.train_keep_head_messages,
-        cfg.train_message_start_token,
-        cfg.train_trim_after_window,
-        cfg.train_overflow,
-        cfg.max_length,
-        cfg.seed,
-    )
-    h.update(repr(knobs).encode())
+    knobs = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name.startswith("train_")}
+    knobs.update(max_length=cfg.max_length, seed=cfg.seed)
+    h.update(json.dumps(knobs, sort_keys=True, default=str).encode())
     return h.hexdigest()[:16]
 
 
