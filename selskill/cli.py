@@ -93,7 +93,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     recipe = load_recipe(args.recipe_args)
     policy = load_policy(recipe.policy, args.model, recipe.rollout, recipe.seed)
     rows = evaluate_rows(policy, recipe.run, recipe.rollout, recipe.eval, recipe.seed, games_root=args.games)
-    summary = summarize(rows, recipe.eval, recipe.seed)
+    summary = summarize(rows, recipe.eval, recipe.seed, recipe.run.benchmark)
     for split, m in summary.items():
         o = m["overall"]
         print(
@@ -120,6 +120,28 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     from selskill.bench import main as bench_main
 
     return bench_main(args)
+
+
+def _cmd_bench_retrieval(args: argparse.Namespace) -> int:
+    from selskill.bench_retrieval import main as bench_retrieval_main
+
+    return bench_retrieval_main(args)
+
+
+def _cmd_import_skills(args: argparse.Namespace) -> int:
+    from selskill.skills.importer import import_skill_folder
+
+    report = import_skill_folder(
+        args.source,
+        args.out,
+        prefix=args.prefix,
+        max_body_chars=args.max_body_chars,
+        overwrite=args.overwrite,
+    )
+    for source, reason in report.skipped:
+        print(f"skipped {source}: {reason}", file=sys.stderr)
+    print(f"{report.summary()}; wrote {len(report.written)} files under {args.out}")
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -289,7 +311,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "bench",
-        help="speed benchmarks (bench rollout)",
+        help="benchmarks (bench rollout: speed; bench retrieval: skill retrieval R@k)",
         description="Benchmarks that print their figures (record them in docs/benchmarks.md).",
     )
     bsub = p.add_subparsers(dest="bench", metavar="BENCH", required=True)
@@ -307,6 +329,51 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--max-env-steps", type=int, default=10, help="env-step budget per episode (default 10)")
     b.add_argument("--out", help="also write the JSON figures here")
     b.set_defaults(func=_cmd_bench)
+    b = bsub.add_parser(
+        "retrieval",
+        help="R@1/3/5 of the retrieval modes (all, task, progress) x scorers on BFCL and ALFWorld, up to ~1,000 skills",
+        description="Replays BFCL's ground truth and ALFWorld expert demonstrations and, at every decision point, "
+        "checks whether a skill relevant to the next move is in the top k of each retrieval mode (all truncated, "
+        "task, progress) and scorer (bm25, dense, fused), with the library padded by seeded distractors. "
+        "Dense and fused need the encoder offline (extra `dense`); they are skipped with a note otherwise.",
+    )
+    b.add_argument("--envs", nargs="+", default=["bfcl", "alfworld"], choices=["bfcl", "alfworld"])
+    b.add_argument(
+        "--sizes", default="own,68,250,1000", help="library sizes ('own' = the benchmark's skills)"
+    )
+    b.add_argument(
+        "--scorers", nargs="+", default=["bm25", "dense", "fused"], choices=["bm25", "dense", "fused"]
+    )
+    b.add_argument(
+        "--dense-model", default="sentence-transformers/all-MiniLM-L6-v2", help="hub id or local path"
+    )
+    b.add_argument("--fusion", default="rrf", choices=["rrf", "weighted"])
+    b.add_argument(
+        "--record-weight", type=float, default=0.5, help="progress: the record's share vs the step"
+    )
+    b.add_argument("--bfcl-split", default="test", choices=["train", "test"])
+    b.add_argument("--bfcl-limit", type=int, help="only the first N tasks of the split")
+    b.add_argument("--alfworld-games", help="games root (default: tiny games generated in a temp folder)")
+    b.add_argument("--alfworld-split", default="valid_seen")
+    b.add_argument("--alfworld-per-type", type=int, default=10, help="games per task type when generating")
+    b.add_argument("--pseudo-skills", help="JSON {task_id: [pseudo-skill text, ...]} for task mode")
+    b.add_argument("--seed", type=int, default=0, help="distractor and demonstration seed")
+    b.add_argument("--out", help="also write retrieval.json and retrieval.md to this directory")
+    b.set_defaults(func=_cmd_bench_retrieval)
+
+    p = sub.add_parser(
+        "import-skills",
+        help="import a folder of public SKILL.md files as memory skills",
+        description="Find every SKILL.md below SOURCE (Agent Skills format: name, description, Markdown body), "
+        "rewrite each as a selskill memory skill (snake_case name, its description and body) and write "
+        "OUT/<name>/SKILL.md, loadable with load_skills. Files without a description or body are skipped.",
+    )
+    p.add_argument("source", help="folder holding <skill>/SKILL.md files, at any depth")
+    p.add_argument("--out", required=True, help="where to write <name>/SKILL.md")
+    p.add_argument("--prefix", default="", help="prepended to every name (e.g. pub_)")
+    p.add_argument("--max-body-chars", type=int, help="cut longer bodies (marked as truncated)")
+    p.add_argument("--overwrite", action="store_true", help="replace skills already in OUT")
+    p.set_defaults(func=_cmd_import_skills)
     return parser
 
 

@@ -13,6 +13,9 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+BENCHMARKS = ("alfworld", "bfcl")
+BFCL_SPLITS = ("train", "test")
+
 
 @dataclass
 class RunConfig:
@@ -50,6 +53,40 @@ class RunConfig:
     wandb_project: str = field(
         default="selskill", metadata={"help": "wandb project (offline unless a key is set)"}
     )
+    benchmark: str = field(
+        default="alfworld",
+        metadata={
+            "help": "the environment: alfworld (games_dir / use_alfworld_data) | bfcl (BFCL multi-turn from "
+            "bfcl-eval's shipped data: bfcl_* keys; splits train and test)"
+        },
+    )
+    bfcl_categories: str = field(
+        default="base,long_context,miss_func,miss_param",
+        metadata={"help": "benchmark bfcl: comma-separated BFCL multi-turn categories"},
+    )
+    bfcl_test_fraction: float = field(
+        default=0.5,
+        metadata={
+            "help": "benchmark bfcl: share of the 200 scenarios in the test split (split by scenario index)"
+        },
+    )
+    bfcl_split_seed: int = field(
+        default=0, metadata={"help": "benchmark bfcl: seed of the train/test scenario split"}
+    )
+    bfcl_scenarios: str = field(
+        default="",
+        metadata={
+            "help": "benchmark bfcl: comma-separated scenario indices (0-199) to keep in both splits, after the split "
+            "(default: all)"
+        },
+    )
+    bfcl_withheld_callable: bool = field(
+        default=False,
+        metadata={
+            "help": "benchmark bfcl: miss_func's withheld functions run when called before their turn (BFCL's own "
+            "rule; false: refused as unknown until revealed)"
+        },
+    )
 
     def __post_init__(self):
         if self.world_size < 1 or not 0 <= self.rank < self.world_size:
@@ -61,6 +98,53 @@ class RunConfig:
         from selskill.envs.alfworld_grammar import check_mode
 
         check_mode(self.alfworld_grammar)
+        check_choice(self, "benchmark", BENCHMARKS)
+        from selskill.envs.bfcl import CATEGORIES
+
+        cats = self.categories
+        if not cats or any(c not in CATEGORIES for c in cats) or len(set(cats)) != len(cats):
+            raise bad_value(
+                "bfcl_categories", self.bfcl_categories, f"a comma-separated list of {', '.join(CATEGORIES)}"
+            )
+        if not 0.0 <= self.bfcl_test_fraction <= 1.0:
+            raise bad_value(
+                "bfcl_test_fraction", self.bfcl_test_fraction, "in [0, 1]", "a share of scenarios"
+            )
+        try:
+            kept = self.kept_scenarios
+        except ValueError:
+            kept = ()
+        if kept == () or (kept and not all(0 <= i < 200 for i in kept)):
+            raise bad_value("bfcl_scenarios", self.bfcl_scenarios, "comma-separated integers in [0, 200)")
+
+    @property
+    def kept_scenarios(self) -> tuple[int, ...] | None:
+        """`bfcl_scenarios` as indices (None: every scenario)."""
+        if not self.bfcl_scenarios.strip():
+            return None
+        return tuple(int(x) for x in str(self.bfcl_scenarios).split(",") if x.strip())
+
+    def bfcl_split(self, split: str) -> tuple[int, ...]:
+        """The scenario indices of BFCL split `split` ("train" | "test") that this run keeps."""
+        from selskill.envs.bfcl import split_scenarios
+
+        train, test = split_scenarios(self.bfcl_test_fraction, self.bfcl_split_seed)
+        keep = self.kept_scenarios
+        return tuple(i for i in (train if split == "train" else test) if keep is None or i in keep)
+
+    @property
+    def categories(self) -> tuple[str, ...]:
+        """The BFCL categories of `bfcl_categories`, in the order given."""
+        return tuple(c.strip() for c in self.bfcl_categories.split(",") if c.strip())
+
+    @property
+    def splits(self) -> tuple[str, ...]:
+        """The task splits this run's benchmark has (the names sample_split and eval_splits may use)."""
+        if self.benchmark == "bfcl":
+            return BFCL_SPLITS
+        from selskill.envs.alfworld import KNOWN_SPLITS
+
+        return KNOWN_SPLITS
 
 
 @dataclass
@@ -198,7 +282,7 @@ def parse_recipe(argv: Sequence[str] | None = None, dataclass_types: Sequence[ty
     argv = list(argv) if argv is not None else None
     check_recipe_file(argv)
     try:
-        return parser.parse_args_and_config(args=argv)
+        sections = parser.parse_args_and_config(args=argv)
     except ValueError as exc:
         if "Unknown arguments from config file" in str(exc):
             known = sorted({f.name for t in types for f in dataclasses.fields(t)})
@@ -206,6 +290,51 @@ def parse_recipe(argv: Sequence[str] | None = None, dataclass_types: Sequence[ty
                 f"{exc}\nValid keys include: {', '.join(k for k in known if not k.startswith('_'))[:2000]}"
             ) from None
         raise
+    check_sections(sections)
+    return sections
+
+
+def check_sections(sections: Sequence) -> None:
+    """The rules that span recipe sections (each section checks its own keys when it is built)."""
+    by_name = {type(s).__name__: s for s in sections}
+    run, rollout = by_name.get("RunConfig"), by_name.get("RolloutConfig")
+    sample, evaluation = by_name.get("SampleConfig"), by_name.get("EvalConfig")
+    if run is None:
+        return
+    splits = run.splits
+    if evaluation is not None and any(s not in splits for s in evaluation.splits):
+        raise bad_value(
+            "eval_splits",
+            evaluation.eval_splits,
+            f"a comma-separated list of {', '.join(splits)}",
+            f"benchmark: {run.benchmark}",
+        )
+    if run.benchmark != "bfcl":
+        return
+    if sample is not None and sample.sample_split not in splits:
+        raise bad_value("sample_split", sample.sample_split, f"one of {', '.join(splits)}", "benchmark: bfcl")
+    if rollout is not None and rollout.action_choice != "free":
+        raise bad_value(
+            "action_choice",
+            rollout.action_choice,
+            "free with benchmark: bfcl",
+            "admissible-action decoding needs a finite list of complete commands; a BFCL action is a call "
+            "list whose arguments are open-ended literals, and BFCL's admissible commands are function names only",
+        )
+    if rollout is not None and rollout.turn_style != "compact":
+        raise bad_value(
+            "turn_style",
+            rollout.turn_style,
+            "compact with benchmark: bfcl",
+            "BFCL turns are non-thinking (the paper's App. G)",
+        )
+    init = by_name.get("InitConfig")
+    if init is not None:
+        check_at_least(init, 0, "init_bfcl_tasks", why="0 = every task of the train split")
+        try:
+            init.bfcl_demo_mix()
+        except ValueError as exc:
+            raise ValueError(f"{exc}. Fix it in the recipe or pass --KEY VALUE") from None
 
 
 def check_recipe_file(argv: Sequence[str] | None) -> None:

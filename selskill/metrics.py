@@ -5,10 +5,14 @@
   `<tool_call>`; it is precise when it is well formed, names a listed skill and (executable)
   every expanded action is admissible and takes effect, or (memory) returns content.
 - SR@Invoke / SR@Skip: SR among episodes with >= 1 / no skill call.
-- Skill/ep: skill calls per episode. Avg. Steps: agent steps per episode, a step being one
-  decision (an action, a skill call or a malformed turn: one assistant turn), the measure the
-  label stage's efficiency rule uses too (see `selskill.stages.label`); the environment
-  commands an episode ran are its `env_steps`. Malformed rate: malformed turns / turns.
+- Skill/ep: skill calls per episode. Avg. Steps: steps per episode, counted as the benchmark's
+  `StepMeasure` says (`step_measure`, the one place that decides it, for this metric and the
+  label stage's efficiency rule alike). ALFWorld: agent steps, a step being one decision (an
+  action, a skill call or a malformed turn: one assistant turn; see `selskill.stages.label`);
+  the environment commands an episode ran are its `env_steps`. BFCL: function-call steps
+  (`env_steps`: a call list is one step, an executable skill costs the calls it sends, a
+  turn that ends the user turn and a memory skill cost none). Malformed rate: malformed
+  turns / turns.
 
 Confidence intervals are 95% percentile bootstraps over episodes (seeded, so a report is
 reproducible); ratio metrics resample episodes, not calls.
@@ -19,6 +23,7 @@ from __future__ import annotations
 import random
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 METRICS = ("sr", "exec_prec", "sr_invoke", "sr_skip", "skill_per_ep", "avg_steps", "malformed_rate")
 LABELS = {
@@ -33,7 +38,34 @@ LABELS = {
 PERCENT = {"sr", "exec_prec", "sr_invoke", "sr_skip", "malformed_rate"}
 
 
-def _episode(row: dict) -> tuple:
+@dataclass(frozen=True)
+class StepMeasure:
+    """What one step of an episode is, per benchmark: Avg. Steps and the label's efficiency rule use it."""
+
+    episode: str  # rollout / fork column of a whole episode's steps
+    after_branch: str  # fork column of the steps from the branch turn on
+    what: str  # in words, for reports
+
+
+STEP_MEASURES = {
+    "alfworld": StepMeasure(
+        "n_turns", "steps_after_branch", "agent steps (actions, skill calls, malformed turns)"
+    ),
+    "bfcl": StepMeasure(
+        "env_steps", "env_steps_after_branch", "function-call steps (call lists; an executable skill's calls)"
+    ),
+}
+
+
+def step_measure(benchmark: str = "alfworld") -> StepMeasure:
+    """How `benchmark` counts steps (the only place that decides it)."""
+    try:
+        return STEP_MEASURES[benchmark]
+    except KeyError:
+        raise ValueError(f"unknown benchmark {benchmark!r}; choose from {', '.join(STEP_MEASURES)}") from None
+
+
+def _episode(row: dict, steps: str = "n_turns") -> tuple:
     return (
         bool(row["success"]),
         int(row["n_skill_calls"]),
@@ -41,6 +73,7 @@ def _episode(row: dict) -> tuple:
         int(row["env_steps"]),
         int(row["n_malformed"]),
         int(row["n_turns"]),
+        int(row[steps]),
     )
 
 
@@ -59,16 +92,17 @@ def _point(eps: Sequence[tuple]) -> dict:
         "sr_invoke": sum(e[0] for e in invoked) / len(invoked) if invoked else None,
         "sr_skip": sum(e[0] for e in skipped) / len(skipped) if skipped else None,
         "skill_per_ep": calls / n,
-        "avg_steps": sum(e[5] for e in eps) / n,
+        "avg_steps": sum(e[6] for e in eps) / n,
         "malformed_rate": sum(e[4] for e in eps) / turns if turns else 0.0,
         "skill_calls": calls,
         "episodes_invoked": len(invoked),
     }
 
 
-def compute_metrics(rows: Sequence[dict], n_boot: int = 1000, seed: int = 0) -> dict:
-    """Point estimates and 95% bootstrap intervals of every metric."""
-    eps = [_episode(r) for r in rows]
+def compute_metrics(rows: Sequence[dict], n_boot: int = 1000, seed: int = 0, steps: str = "n_turns") -> dict:
+    """Point estimates and 95% bootstrap intervals of every metric; `steps`: the row column Avg. Steps
+    averages (`step_measure(env).episode`)."""
+    eps = [_episode(r, steps) for r in rows]
     out = _point(eps)
     if not eps or n_boot <= 0:
         return out | {"ci": {}}
@@ -86,11 +120,14 @@ def compute_metrics(rows: Sequence[dict], n_boot: int = 1000, seed: int = 0) -> 
     return out | {"ci": ci}
 
 
-def metrics_by_task_type(rows: Sequence[dict], n_boot: int = 1000, seed: int = 0) -> dict:
+def metrics_by_task_type(
+    rows: Sequence[dict], n_boot: int = 1000, seed: int = 0, steps: str = "n_turns"
+) -> dict:
+    """`compute_metrics` per task type (ALFWorld's six types; BFCL's categories)."""
     groups = defaultdict(list)
     for r in rows:
         groups[r["task_type"]].append(r)
-    return {t: compute_metrics(g, n_boot, seed) for t, g in sorted(groups.items())}
+    return {t: compute_metrics(g, n_boot, seed, steps) for t, g in sorted(groups.items())}
 
 
 def paired_sr_difference(a: Sequence[dict], b: Sequence[dict], n_boot: int = 2000, seed: int = 0) -> dict:

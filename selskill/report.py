@@ -16,11 +16,16 @@ base64 PNG) and `runs/<exp>/plots/*.png` with
 Inputs are only files every round already writes (eval/metrics.json + eval shards, label
 stats + shards, fork shards). A missing round or stage is skipped with a note, never an
 error. The output is deterministic: bootstraps are seeded, nothing carries a timestamp.
+
+BFCL rounds (`benchmark: bfcl`, read from metrics.json or a stage's config.yaml) get the same
+report; its words follow the benchmark: task types are BFCL's categories, and steps are
+function-call steps (`selskill.metrics.step_measure`).
 """
 
 from __future__ import annotations
 
 import base64
+import functools
 import html
 import json
 import math
@@ -30,7 +35,15 @@ from pathlib import Path
 
 from selskill.data.layout import StageDir, round_dir
 from selskill.data.schema import ROLE_ASSISTANT
-from selskill.metrics import LABELS, METRICS, PERCENT, compute_metrics, format_value, metrics_by_task_type
+from selskill.metrics import (
+    LABELS,
+    METRICS,
+    PERCENT,
+    compute_metrics,
+    format_value,
+    metrics_by_task_type,
+    step_measure,
+)
 from selskill.metrics import paired_sr_difference as _paired
 
 EVAL_COLUMNS = [
@@ -139,19 +152,43 @@ def sum_yields(stats: list[dict]) -> dict | None:
     }
 
 
-def _summarize_rows(rows: list[dict], n_boot: int, seed: int) -> dict:
+def _summarize_rows(rows: list[dict], n_boot: int, seed: int, benchmark: str = "alfworld") -> dict:
+    steps = step_measure(benchmark).episode
     splits = sorted({r["task_id"].split("/", 1)[0] for r in rows})
     out = {}
     for split in splits:
         mine = [r for r in rows if r["task_id"].startswith(f"{split}/")]
         out[split] = {
-            "overall": compute_metrics(mine, n_boot, seed),
-            "by_task_type": metrics_by_task_type(mine, n_boot, seed),
+            "overall": compute_metrics(mine, n_boot, seed, steps),
+            "by_task_type": metrics_by_task_type(mine, n_boot, seed, steps),
         }
     return out
 
 
-def load_round(exp_dir: Path, r: int, notes: list[str], n_boot: int = 1000, seed: int = 0) -> RoundData:
+def exp_benchmark(exp_dir: Path) -> str:
+    """The experiment's benchmark: a metrics.json's or else a stage config.yaml's `benchmark`."""
+    import yaml
+
+    for path in sorted(exp_dir.glob("round_*/eval*/metrics.json")):
+        try:
+            value = json.loads(path.read_text()).get("benchmark")
+        except (OSError, ValueError):
+            continue
+        if value:
+            return value
+    for path in sorted(exp_dir.glob("round_*/*/config.yaml")):
+        try:
+            value = (yaml.safe_load(path.read_text()) or {}).get("benchmark")
+        except (OSError, yaml.YAMLError):
+            continue
+        if value:
+            return value
+    return "alfworld"
+
+
+def load_round(
+    exp_dir: Path, r: int, notes: list[str], n_boot: int = 1000, seed: int = 0, benchmark: str = "alfworld"
+) -> RoundData:
     """What the report needs of round r; anything missing or unreadable becomes a note."""
     runs, exp = exp_dir.parent, exp_dir.name
     data = RoundData(r)
@@ -169,7 +206,8 @@ def load_round(exp_dir: Path, r: int, notes: list[str], n_boot: int = 1000, seed
             except (OSError, ValueError) as exc:
                 notes.append(f"round {r}: unreadable {mpath} ({exc})")
         if data.metrics is None and data.eval_rows:
-            data.metrics = {"round": r, "exp": exp, "splits": _summarize_rows(data.eval_rows, n_boot, seed)}
+            splits = _summarize_rows(data.eval_rows, n_boot, seed, benchmark)
+            data.metrics = {"round": r, "exp": exp, "splits": splits}
             data.metrics_recomputed = True
             notes.append(f"round {r}: no readable metrics.json; metrics recomputed from the eval shards")
     if r == 0:
@@ -430,7 +468,7 @@ def plot_skill_calls(rounds: list[RoundData], path: Path, cap: int = 6) -> Path 
     return _save(fig, path)
 
 
-def plot_step_gap(rounds: list[RoundData], path: Path) -> Path | None:
+def plot_step_gap(rounds: list[RoundData], path: Path, bfcl: bool = False) -> Path | None:
     have = [d for d in rounds if d.pairs]
     if not have:
         return None
@@ -461,7 +499,7 @@ def plot_step_gap(rounds: list[RoundData], path: Path) -> Path | None:
                 )
         ax.axvline(0, color="#888", linestyle=":")
         ax.set_title(key)
-        ax.set_xlabel("chosen − rejected agent steps")
+        ax.set_xlabel(f"chosen − rejected {'function-call' if bfcl else 'agent'} steps")
         ax.set_ylabel("pairs")
         ax.legend(fontsize=8)
         ax.grid(alpha=0.3)
@@ -546,7 +584,17 @@ def _pp(v, ci=None) -> str:
     return f"{text} [{100 * ci[0]:+.1f}, {100 * ci[1]:+.1f}]" if ci else text
 
 
-def metrics_section(rounds: list[RoundData], n_boot: int, seed: int, notes: list[str]) -> list[tuple]:
+STEPS_TEXT = "agent steps: actions, skill calls and malformed turns"
+BFCL_STEPS_TEXT = (
+    "function-call steps: a call list is one step, an executable skill costs the calls it sends, ending a "
+    "user turn and memory skills cost none"
+)
+
+
+def metrics_section(
+    rounds: list[RoundData], n_boot: int, seed: int, notes: list[str], benchmark: str = "alfworld"
+) -> list[tuple]:
+    bfcl = benchmark == "bfcl"
     blocks: list[tuple] = [("h", 2, "Held-out metrics across rounds")]
     have = [d for d in rounds if d.metrics]
     if not have:
@@ -557,7 +605,7 @@ def metrics_section(rounds: list[RoundData], n_boot: int, seed: int, notes: list
             "p",
             "Like the paper's Table 1. init = round 0 (the init policy), Rr = the model trained in round r. "
             "SR, Exec. Prec., SR@Invoke, SR@Skip and Malformed (malformed turns / turns) in %; Skill/ep and Avg. "
-            "Steps (agent steps: actions, skill calls and malformed turns) per episode. [95% bootstrap interval over episodes]. ΔSR vs init: SR(Rr) − "
+            f"Steps ({BFCL_STEPS_TEXT if bfcl else STEPS_TEXT}) per episode. [95% bootstrap interval over episodes]. ΔSR vs init: SR(Rr) − "
             "SR(init) on the same tasks in percentage points with a paired bootstrap interval "
             f"({n_boot} resamples, seed {seed}).",
         )
@@ -595,9 +643,10 @@ def metrics_section(rounds: list[RoundData], n_boot: int, seed: int, notes: list
                     m = d.metrics["splits"].get(split, {}).get("by_task_type", {}).get(t)
                     row.append(f"{format_value('sr', m.get('sr'))} (n={m.get('episodes', 0)})" if m else "-")
                 trows.append(row)
+            what = "BFCL category" if bfcl else "task type"
             blocks += [
-                ("p", f"SR (%) by task type on {split}:"),
-                ("table", ["Task type"] + [round_label(d.round) for d in have], trows),
+                ("p", f"SR (%) by {what} on {split}:"),
+                ("table", [what[0].upper() + what[1:]] + [round_label(d.round) for d in have], trows),
             ]
     if init is None or not init.metrics:
         notes.append("round 0 (init) has no eval results: ΔSR vs init cannot be computed")
@@ -695,8 +744,9 @@ def yield_section(rounds: list[RoundData]) -> list[tuple]:
 
 
 def plots_section(
-    rounds: list[RoundData], plots_dir: Path, base: Path, notes: list[str]
+    rounds: list[RoundData], plots_dir: Path, base: Path, notes: list[str], benchmark: str = "alfworld"
 ) -> tuple[list, list]:
+    bfcl = benchmark == "bfcl"
     blocks: list[tuple] = [("h", 2, "Plots")]
     written = []
     rel = plots_dir.relative_to(base) if plots_dir.is_relative_to(base) else plots_dir
@@ -773,10 +823,14 @@ def plots_section(
             grows.append([round_label(d.round), key, len(ps), f"{c:.1f}", f"{r:.1f}", f"{c - r:+.1f}"])
     add(
         "step_gap",
-        plot_step_gap,
-        "Chosen vs rejected agent steps",
-        "Histogram of chosen − rejected agent steps (decisions: actions and skill calls) per pair, by kind and label reason (local pairs: "
-        "steps after the branch; episode pairs: whole episode). Efficiency pairs are negative by construction; "
+        functools.partial(plot_step_gap, bfcl=bfcl),
+        "Chosen vs rejected function-call steps" if bfcl else "Chosen vs rejected agent steps",
+        (
+            f"Histogram of chosen − rejected steps ({BFCL_STEPS_TEXT}) per pair, by kind and label reason (local pairs: "
+            if bfcl
+            else "Histogram of chosen − rejected agent steps (decisions: actions and skill calls) per pair, by kind and label reason (local pairs: "
+        )
+        + "steps after the branch; episode pairs: whole episode). Efficiency pairs are negative by construction; "
         "success-vs-failure gaps show how much shorter the winning side is.",
         "no pairs (label shards missing or empty)",
         [("table", ["Round", "Kind/reason", "Pairs", "Chosen steps", "Rejected steps", "Gap"], grows)]
@@ -803,7 +857,10 @@ def build_report(exp_dir: str | Path, n_boot: int = 2000, seed: int = 0) -> Repo
         )
     notes: list[str] = []
     rounds_found = discover_rounds(exp_dir)
-    rounds = [load_round(exp_dir, r, notes, n_boot=1000, seed=seed) for r in rounds_found]
+    benchmark = exp_benchmark(exp_dir)
+    rounds = [
+        load_round(exp_dir, r, notes, n_boot=1000, seed=seed, benchmark=benchmark) for r in rounds_found
+    ]
     if rounds_found:
         missing = sorted(set(range(max(rounds_found) + 1)) - set(rounds_found))
         if missing:
@@ -817,16 +874,22 @@ def build_report(exp_dir: str | Path, n_boot: int = 2000, seed: int = 0) -> Repo
             "p",
             f"Run directory {exp_dir}; rounds found: "
             + (", ".join(f"{round_label(r)} (round_{r})" for r in rounds_found) or "none")
-            + ". Round r samples with round r−1's model; pairs are not accumulated across rounds.",
+            + ". Round r samples with round r−1's model; pairs are not accumulated across rounds."
+            + (
+                " Benchmark: BFCL multi-turn (bfcl-eval's shipped data, backends and checker); SR is BFCL's "
+                'checker, Exec. Prec. whether a skill call ran (docs/design.md, "Exec. Prec. on BFCL").'
+                if benchmark == "bfcl"
+                else ""
+            ),
         ),
     ]
     modes = load_mode_metrics(exp_dir, rounds_found, notes)
     body = (
-        metrics_section(rounds, n_boot, seed, notes)
+        metrics_section(rounds, n_boot, seed, notes, benchmark)
         + baselines_section(rounds, modes)
         + yield_section(rounds)
     )
-    plot_blocks, plots = plots_section(rounds, exp_dir / "plots", exp_dir, notes)
+    plot_blocks, plots = plots_section(rounds, exp_dir / "plots", exp_dir, notes, benchmark)
     body += plot_blocks
     if notes:
         blocks += [("h", 2, "Notes (skipped or missing)"), ("list", notes, "notes")]

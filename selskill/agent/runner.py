@@ -32,7 +32,7 @@ from selskill.agent.transcript import (
 )
 from selskill.agent.turn_format import TOOL_CALL_OPEN, TurnFormat
 from selskill.data.schema import ROLE_ASSISTANT, ROLE_OBSERVATION, ROLE_PROMPT, ROLE_SKILL_RETURN
-from selskill.envs.base import Env, EnvError
+from selskill.envs.base import Env, EnvError, EnvState
 from selskill.policy.base import GenerationRequest, Policy, SamplingParams
 from selskill.skills import SkillExecutor, SkillLibrary, render_listing
 
@@ -193,7 +193,7 @@ class EpisodeHost:
         try:
             if spec.fork is None:
                 state = env.reset(spec.task_id)
-                ep.messages = opening_messages(self.fmt, self.listing, state)
+                ep.messages = self._opening(env, state)
                 ids = self.chat.opening(ep.messages)
                 ep.extend(ids, ROLE_PROMPT, -1)
                 ep.n_prompt_tokens = len(ids)
@@ -245,9 +245,9 @@ class EpisodeHost:
         ep.messages.append(self.fmt.assistant_message(text))
         try:
             if parsed.kind == "action":
-                state = ep.env.step(parsed.action)
-                record.update(env_steps=state.env_steps, commands=[parsed.action])
-                reply, role = after_action(self.fmt, state), ROLE_OBSERVATION
+                state, commands, reply = self._act(ep.env, parsed.action)
+                record.update(env_steps=state.env_steps, commands=commands)
+                role = ROLE_OBSERVATION
             elif parsed.kind == "skill":
                 call = self.executor.execute(ep.env, parsed.skill, parsed.arguments)
                 record.update(
@@ -258,11 +258,11 @@ class EpisodeHost:
                 )
                 reply, role = after_skill(self.fmt, call.observation, ep.env.state), ROLE_SKILL_RETURN
             else:
-                state = ep.env.step(MALFORMED_COMMAND)
-                record.update(env_steps=state.env_steps, commands=[MALFORMED_COMMAND])
+                state, commands, reply = self._malformed(ep.env)
+                record.update(env_steps=state.env_steps, commands=commands)
                 if is_call:
                     record.update(exec_precise=False, exec_error=parsed.reason)
-                reply, role = after_malformed(self.fmt, state), ROLE_OBSERVATION
+                role = ROLE_OBSERVATION
         except EnvError as exc:
             ep.turns.append(record)
             ep.termination, ep.error = "error", str(exc)
@@ -270,10 +270,7 @@ class EpisodeHost:
         ep.turns.append(record)
         ep.env_steps += record["env_steps"]
         ep.messages.append(reply)
-        if ep.env.state.won:
-            ep.won, ep.termination = True, "won"
-        elif ep.env_steps >= cfg.max_env_steps or len(ep.turns) >= cfg.max_turns:
-            ep.termination = "step_limit"
+        ep.termination = self._termination(ep)
         if ep.termination:
             return
         segment = self.chat.segment(reply)
@@ -286,18 +283,42 @@ class EpisodeHost:
         self._free.append(ep.env)
         return episode_row(ep)
 
+    # -- what differs between environments (selskill/agent/bfcl.py overrides these) ------
+
+    def _opening(self, env: Env, state: EnvState) -> list[dict]:
+        """The episode's first messages: system prompt and first observation."""
+        return opening_messages(self.fmt, self.listing, state)
+
+    def _act(self, env: Env, action: str) -> tuple[EnvState, list[str], dict]:
+        """An action turn: (state after it, the commands it ran, the reply message)."""
+        state = env.step(action)
+        return state, [action], after_action(self.fmt, state)
+
+    def _malformed(self, env: Env) -> tuple[EnvState, list[str], dict]:
+        """A malformed turn, answered as an invalid command is."""
+        state = env.step(MALFORMED_COMMAND)
+        return state, [MALFORMED_COMMAND], after_malformed(self.fmt, state)
+
+    def _termination(self, ep: _Episode) -> str | None:
+        """Why the episode ends after its latest turn (None: it goes on); sets `ep.won`."""
+        if ep.env.state.won:
+            ep.won = True
+            return "won"
+        if ep.env_steps >= self.config.max_env_steps or len(ep.turns) >= self.config.max_turns:
+            return "step_limit"
+        return None
+
 
 class ProcessHost:
     """An `EpisodeHost` in a child process; calls are queued and answered in order."""
 
-    def __init__(self, host_args: tuple):
+    def __init__(self, host_args: tuple, host_class: type | None = None):
         import multiprocessing as mp
 
         ctx = mp.get_context("spawn")  # no fork of a process that holds torch threads
         self._conn, child = ctx.Pipe()
-        self._proc = ctx.Process(
-            target=_serve_host, args=(child, host_args), daemon=True, name="selskill-episodes"
-        )
+        args = (child, host_args) if host_class is None else (child, host_args, host_class)
+        self._proc = ctx.Process(target=_serve_host, args=args, daemon=True, name="selskill-episodes")
         self._proc.start()
         child.close()
 
@@ -345,10 +366,10 @@ class _LocalHost:
         pass
 
 
-def _serve_host(conn, host_args: tuple) -> None:
+def _serve_host(conn, host_args: tuple, host_class: type | None = None) -> None:
     import traceback
 
-    host = EpisodeHost(*host_args)
+    host = (host_class or EpisodeHost)(*host_args)
     while True:
         try:
             message = conn.recv()
@@ -374,6 +395,9 @@ def _picklable(obj) -> bool:
 
 
 class EpisodeRunner:
+    # the class that plays the episodes' environments (an EpisodeHost subclass for another env)
+    host_class: type = EpisodeHost
+
     def __init__(
         self,
         policy: Policy,
@@ -407,9 +431,11 @@ class EpisodeRunner:
 
     def _get_host(self):
         if self._host is None:
-            self._host = (
-                ProcessHost(self._host_args) if self.overlap else _LocalHost(EpisodeHost(*self._host_args))
-            )
+            cls = self.host_class
+            if self.overlap:
+                self._host = ProcessHost(self._host_args, None if cls is EpisodeHost else cls)
+            else:
+                self._host = _LocalHost(cls(*self._host_args))
         return self._host
 
     def close(self) -> None:

@@ -480,10 +480,14 @@ class BfclEnv:
         scenarios: Iterable[int] | None = None,
         tasks: Sequence[BfclTask] | None = None,
         withheld_callable: bool = False,
+        id_prefix: str = "",
     ):
+        """`id_prefix` goes before every task id (`test/multi_turn_base_3`): the stages name a task
+        `<split>/<id>`, as they name ALFWorld's games; `task()` and `reset()` take either form."""
         chosen = list(tasks) if tasks is not None else load_tasks(categories, scenarios)
-        self._tasks = {t.id: t for t in chosen}
-        self._order = [t.id for t in chosen]
+        self.id_prefix = id_prefix
+        self._tasks = {id_prefix + t.id: t for t in chosen}
+        self._order = [id_prefix + t.id for t in chosen]
         self.withheld_callable = withheld_callable
         self.model_name = f"selskill_{os.getpid()}_{next(_ENV_COUNTER)}"
         self.max_steps_per_turn = max_steps_per_turn()
@@ -497,7 +501,7 @@ class BfclEnv:
 
     def task(self, task_id: str) -> BfclTask:
         try:
-            return self._tasks[task_id]
+            return self._tasks[task_id if task_id in self._tasks else self.id_prefix + task_id]
         except KeyError:
             raise KeyError(f"unknown task id {task_id!r} ({len(self._tasks)} tasks)") from None
 

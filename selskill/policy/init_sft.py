@@ -168,6 +168,25 @@ class InitConfig:
             "instead of training the base policy again"
         },
     )
+    # benchmark bfcl (selskill/policy/bfcl_init.py): demonstrations are the train split's ground truth
+    init_bfcl_tasks: int = field(
+        default=0,
+        metadata={
+            "help": "benchmark bfcl: train tasks demonstrated, the first N in the order the sample stage takes "
+            "them (0 = every task of the train split)"
+        },
+    )
+    init_bfcl_opening_memory: float = field(default=0.5, metadata={"help": "benchmark bfcl: see BfclDemoMix"})
+    init_bfcl_useful: float = field(default=0.8, metadata={"help": "benchmark bfcl: see BfclDemoMix"})
+    init_bfcl_reference_memory: float = field(
+        default=0.15, metadata={"help": "benchmark bfcl: see BfclDemoMix"}
+    )
+    init_bfcl_wrong_executable: float = field(
+        default=0.15, metadata={"help": "benchmark bfcl: see BfclDemoMix"}
+    )
+    init_bfcl_missing_function: float = field(
+        default=0.8, metadata={"help": "benchmark bfcl: see BfclDemoMix"}
+    )
 
     def __post_init__(self):
         from selskill.envs.alfworld_gen import SIZES
@@ -211,6 +230,14 @@ class InitConfig:
         for key in ("init_lr", "init_dagger_lr"):
             if getattr(self, key) <= 0:
                 raise bad_value(key, getattr(self, key), "> 0", "a learning rate")
+
+    def bfcl_demo_mix(self):
+        """The `init_bfcl_*` rates as a `BfclDemoMix` (which checks them)."""
+        from selskill.policy.bfcl_demos import BfclDemoMix
+
+        prefix = "init_bfcl_"
+        return BfclDemoMix(**{f.name[len(prefix) :]: getattr(self, f.name) for f in dataclasses.fields(self)
+                              if f.name.startswith(prefix) and f.name != "init_bfcl_tasks"})  # fmt: skip
 
     def demo_mix(self) -> DemoMix:
         prefix = "init_demo_"

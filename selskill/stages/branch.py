@@ -101,7 +101,8 @@ def branch_candidates(row: dict, tokenizer, skill_names, cfg: BranchConfig) -> l
     steps_before = 0
     for t_index, turn in enumerate(row["turns"]):
         parsed = parse_turn(turn["text"], skill_names)
-        if parsed.kind != "malformed":
+        # the record's kind too: BFCL marks an action whose call list does not parse as malformed
+        if parsed.kind != "malformed" and turn.get("kind") != "malformed":
             turn_ids = row["token_ids"][turn["start"] : turn["end"]]
             d_idx = decision_token_index(tokenizer, turn_ids, parsed.decision_start or 0)
             out.append(
@@ -138,7 +139,7 @@ def likeliest_skill(policy, prefix_ids: list[int], skill_names) -> str:
 def run_branch(
     run: RunConfig, pol: PolicyConfig, rollout: RolloutConfig, cfg: BranchConfig, seed: int
 ) -> bool:
-    from selskill.skills import load_alfworld_skills
+    from selskill.stages.context import skill_library
 
     stage = StageDir.of(run.runs_dir, run.exp, run.round, "branch")
     path = sampling_policy_path(run, pol)
@@ -151,7 +152,7 @@ def run_branch(
         mine = shard_items(rows, run.rank, run.world_size)
         from transformers import AutoTokenizer
 
-        names = load_alfworld_skills().names
+        names = skill_library(run.benchmark).names
         tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=pol.trust_remote_code)
         policy = None  # loaded only if an ordinary point needs its candidate skill
         out = []

@@ -3,11 +3,18 @@
 Sampling, forking and evaluation must play with the same prompt, skill listing and
 budgets (a fork continues an episode under the exact conditions it was sampled under), so
 those knobs live in one `RolloutConfig` and one `make_runner`.
+
+The recipe's `env` picks the benchmark. Everything a stage needs of it comes from here:
+`game_index(run, split)` (ALFWorld's `GameIndex`, or a `BfclTaskIndex` of the same shape:
+`games` records with `task_id` and `task_type`, `by_id`, `skipped`, `patched`),
+`skill_library(env)`, `RolloutConfig.turn_format(env)` and `make_runner`, which reads the
+env off the index. Task ids are `<split>/<id>` in both.
 """
 
 from __future__ import annotations
 
 import functools
+from collections import Counter
 from dataclasses import dataclass, field
 
 from selskill.agent.action_choice import check_action_choice
@@ -17,7 +24,7 @@ from selskill.agent.turn_format import TurnFormat
 from selskill.config import PolicyConfig, RunConfig, check_at_least, check_choice
 from selskill.data.layout import check_model_source, resolve_round_policy
 from selskill.envs.alfworld import AlfworldEnv, GameIndex, find_games
-from selskill.skills import load_alfworld_skills
+from selskill.skills import SkillLibrary, load_alfworld_skills, load_bfcl_skills
 
 
 @dataclass
@@ -95,6 +102,17 @@ class RolloutConfig:
     enable_thinking: bool = field(
         default=False, metadata={"help": "chat_template_kwargs enable_thinking (Qwen3)"}
     )
+    turn_doc_style: str = field(
+        default="compact",
+        metadata={
+            "help": "benchmark bfcl: function docs in the system prompt: compact | brief (no parameter notes) | json "
+            "(BFCL's own rendering, 31-48k characters for two classes)"
+        },
+    )
+    turn_examples: bool = field(
+        default=True,
+        metadata={"help": "benchmark bfcl: few-shot examples in the system prompt (the paper's App. G)"},
+    )
 
     def __post_init__(self):
         check_action_choice(self.action_choice)
@@ -104,6 +122,9 @@ class RolloutConfig:
         check_choice(self, "turn_style", STYLES)
         check_choice(self, "turn_admissible", ADMISSIBLE_STYLES)
         check_choice(self, "listing_style", LISTING_STYLES)
+        from selskill.envs.bfcl import DOC_STYLES
+
+        check_choice(self, "turn_doc_style", DOC_STYLES)
         check_at_least(
             self,
             1,
@@ -115,13 +136,27 @@ class RolloutConfig:
             "policy_batch_size",
         )
 
-    def turn_format(self) -> TurnFormat:
+    def turn_format(self, env: str = "alfworld") -> TurnFormat:
+        if env == "bfcl":
+            from selskill.agent.bfcl import BfclTurnFormat
+
+            return BfclTurnFormat(
+                show_admissible_commands=self.turn_show_admissible,
+                doc_style=self.turn_doc_style,
+                examples=self.turn_examples,
+            )
         return TurnFormat(
             style=self.turn_style,
             show_admissible_commands=self.turn_show_admissible,
             admissible_style=self.turn_admissible,
             task_reminder=self.turn_task_reminder,
         )
+
+    def chat_template_kwargs(self, env: str = "alfworld") -> dict | None:
+        """Qwen3's `enable_thinking` for thinking turns, and always on BFCL (non-thinking: false)."""
+        if self.turn_style == "thinking" or env == "bfcl":
+            return {"enable_thinking": self.enable_thinking}
+        return None
 
     def runner_config(self, temperature: float, top_p: float = 1.0) -> RunnerConfig:
         return RunnerConfig(
@@ -160,14 +195,75 @@ def load_policy(pol: PolicyConfig, path: str, rollout: RolloutConfig, seed: int 
     )
 
 
-def game_index(run: RunConfig, split: str) -> GameIndex:
+@dataclass(frozen=True)
+class TaskRecord:
+    task_id: str  # <split>/<BFCL id>
+    task_type: str  # the BFCL category: metrics per task type are metrics per category
+
+
+@dataclass
+class BfclTaskIndex:
+    """The BFCL tasks of one split, in the shape the stages read from ALFWorld's `GameIndex`."""
+
+    split: str
+    categories: tuple[str, ...]
+    scenarios: tuple[int, ...]
+    withheld_callable: bool = False
+    games: list[TaskRecord] = field(default_factory=list)
+    skipped: Counter = field(default_factory=Counter)  # nothing is skipped: every task plays
+    patched: int = 0
+
+    def by_id(self) -> dict[str, TaskRecord]:
+        return {g.task_id: g for g in self.games}
+
+    def summary(self) -> str:
+        return f"{len(self.games)} BFCL tasks ({', '.join(self.categories)}) in split {self.split}"
+
+    def env_factory(self):
+        """A picklable factory (episodes may run in a child process, which loads the tasks itself)."""
+        from selskill.envs.bfcl import BfclEnv
+
+        return functools.partial(
+            BfclEnv,
+            categories=self.categories,
+            scenarios=self.scenarios,
+            withheld_callable=self.withheld_callable,
+            id_prefix=f"{self.split}/",
+        )
+
+
+def bfcl_index(run: RunConfig, split: str) -> BfclTaskIndex:
+    """Split `split` ("train" | "test") of the recipe's BFCL categories, by scenario index."""
+    from selskill.envs.bfcl import load_tasks
+
+    if split not in run.splits:
+        raise ValueError(f"unknown BFCL split {split!r}; choose from {', '.join(run.splits)}")
+    scenarios = run.bfcl_split(split)
+    tasks = load_tasks(run.categories, scenarios)
+    return BfclTaskIndex(
+        split,
+        run.categories,
+        scenarios,
+        run.bfcl_withheld_callable,
+        [TaskRecord(f"{split}/{t.id}", t.category) for t in tasks],
+    )
+
+
+def game_index(run: RunConfig, split: str) -> GameIndex | BfclTaskIndex:
+    if run.benchmark == "bfcl":
+        return bfcl_index(run, split)
     root = None if run.use_alfworld_data else run.games_dir
     return find_games(root, splits=split, grammar=run.alfworld_grammar)
 
 
+def skill_library(env: str = "alfworld") -> SkillLibrary:
+    """The skills shipped for `env` (the paper's mixes: 10 for ALFWorld, 18 for BFCL)."""
+    return load_bfcl_skills() if env == "bfcl" else load_alfworld_skills()
+
+
 def ensure_games(run: RunConfig, games: GamesConfig, splits=("train", "valid_seen", "valid_unseen")) -> None:
-    """Generate the recipe's games once (skipped for real data or when already present)."""
-    if run.use_alfworld_data:
+    """Generate the recipe's games once (skipped for real data, BFCL, or when already present)."""
+    if run.use_alfworld_data or run.benchmark != "alfworld":
         return
     from pathlib import Path
 
@@ -191,21 +287,30 @@ def ensure_games(run: RunConfig, games: GamesConfig, splits=("train", "valid_see
 
 def make_runner(
     policy,
-    index: GameIndex,
+    index: GameIndex | BfclTaskIndex,
     rollout: RolloutConfig,
     temperature: float,
     top_p: float = 1.0,
     mode: str = "skills",
 ):
-    """`mode` is one of `selskill.agent.eval_modes.MODES`; only evaluation uses another than `skills`."""
-    kwargs = {"enable_thinking": rollout.enable_thinking} if rollout.turn_style == "thinking" else None
-    setup = prompt_setup(mode, load_alfworld_skills(), rollout.turn_format(), rollout.listing_style)
-    return EpisodeRunner(
+    """`mode` is one of `selskill.agent.eval_modes.MODES`; only evaluation uses another than `skills`.
+
+    The env is the index's: a `BfclTaskIndex` plays BFCL (its own host, turn format and skills).
+    """
+    env = "bfcl" if isinstance(index, BfclTaskIndex) else "alfworld"
+    setup = prompt_setup(mode, skill_library(env), rollout.turn_format(env), rollout.listing_style)
+    if env == "bfcl":
+        from selskill.agent.bfcl import BfclEpisodeRunner
+
+        runner_class, factory = BfclEpisodeRunner, index.env_factory()
+    else:  # picklable: episodes may run in a child process
+        runner_class, factory = EpisodeRunner, functools.partial(AlfworldEnv, index)
+    return runner_class(
         policy,
-        functools.partial(AlfworldEnv, index),  # picklable: episodes may run in a child process
+        factory,
         setup.library,
         setup.fmt,
         rollout.runner_config(temperature, top_p),
-        chat_template_kwargs=kwargs,
+        chat_template_kwargs=rollout.chat_template_kwargs(env),
         skill_text=setup.skill_text,
     )

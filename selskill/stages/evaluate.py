@@ -13,11 +13,11 @@ from pathlib import Path
 
 from selskill.agent.eval_modes import MODES
 from selskill.agent.runner import EpisodeSpec
-from selskill.config import PolicyConfig, RunConfig, bad_value, check_at_least
+from selskill.config import BFCL_SPLITS, PolicyConfig, RunConfig, bad_value, check_at_least
 from selskill.data.layout import StageDir
 from selskill.data.shards import write_json_atomic
 from selskill.envs.alfworld import KNOWN_SPLITS
-from selskill.metrics import compute_metrics, metrics_by_task_type
+from selskill.metrics import compute_metrics, metrics_by_task_type, step_measure
 from selskill.stages.common import (
     StageInputs,
     StageStats,
@@ -55,10 +55,9 @@ class EvalConfig:
     def __post_init__(self):
         if self.eval_mode not in MODES:
             raise ValueError(f"eval_mode {self.eval_mode!r} is not one of: {', '.join(MODES)}")
-        if not self.splits or any(s not in KNOWN_SPLITS for s in self.splits):
-            raise bad_value(
-                "eval_splits", self.eval_splits, f"a comma-separated list of {', '.join(KNOWN_SPLITS)}"
-            )
+        known = KNOWN_SPLITS + BFCL_SPLITS  # which of them the env has: config.check_sections
+        if not self.splits or any(s not in known for s in self.splits):
+            raise bad_value("eval_splits", self.eval_splits, f"a comma-separated list of {', '.join(known)}")
         check_at_least(self, 0, "eval_max_tasks", why="0 = every task of each split")
         check_at_least(self, 0, "eval_temperature", why="0 = greedy, the paper's setting")
         check_at_least(self, 1, "eval_bootstrap", why="resamples of the 95 percent intervals")
@@ -96,8 +95,11 @@ def evaluate_rows(
 ) -> list[dict]:
     rows = []
     for split in cfg.splits:
-        if games_root is not None:
+        if games_root is not None:  # an ALFWorld games directory (selskill eval --games)
             from selskill.envs.alfworld import find_games
+
+            if run.benchmark != "alfworld":
+                raise ValueError(f"--games names ALFWorld games; benchmark {run.benchmark} has its own tasks")
 
             index = find_games(games_root, splits=split, grammar=run.alfworld_grammar)
         else:
@@ -135,13 +137,15 @@ def evaluate_rows(
     return rows
 
 
-def summarize(rows: list[dict], cfg: EvalConfig, seed: int) -> dict:
+def summarize(rows: list[dict], cfg: EvalConfig, seed: int, env: str = "alfworld") -> dict:
+    """Metrics per split, overall and per task type (BFCL: per category); steps as `env` counts them."""
+    steps = step_measure(env).episode
     out = {}
     for split in cfg.splits:
         split_rows = [r for r in rows if r["task_id"].startswith(f"{split}/")]
         out[split] = {
-            "overall": compute_metrics(split_rows, cfg.eval_bootstrap, seed),
-            "by_task_type": metrics_by_task_type(split_rows, cfg.eval_bootstrap, seed),
+            "overall": compute_metrics(split_rows, cfg.eval_bootstrap, seed, steps),
+            "by_task_type": metrics_by_task_type(split_rows, cfg.eval_bootstrap, seed, steps),
         }
     return out
 
@@ -175,8 +179,10 @@ def run_eval(
         "round": run.round,
         "exp": run.exp,
         "mode": cfg.eval_mode,
-        "splits": summarize(rows, cfg, seed),
+        "splits": summarize(rows, cfg, seed, run.benchmark),
     }
+    if run.benchmark != "alfworld":  # ALFWorld's metrics.json keeps its keys
+        metrics.update(benchmark=run.benchmark, steps=step_measure(run.benchmark).what)
     write_json_atomic(metrics, stage.path / "metrics.json")
     return metrics
 

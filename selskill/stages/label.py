@@ -5,8 +5,11 @@ branch point: success beats failure; if both succeed, fewer steps after the bran
 (ties dropped); if both fail, the point is dropped. Episode pairs compare, per task, the
 shortest successful sample with up to `label_episode_max_rejected` of the longest failures.
 
-A step is one agent decision: an action, a skill call (memory or executable, precise or
-not) or a malformed turn, i.e. one assistant turn (`n_turns`). Counted in environment
+What a step is depends on the benchmark (`selskill.metrics.step_measure`, the one owner of
+that rule, shared with the Avg. Steps metric). BFCL counts function-call steps
+(`env_steps`). On ALFWorld a step is one agent decision: an action, a skill call
+(memory or executable, precise or not) or a malformed turn, i.e. one assistant turn
+(`n_turns`). Counted in environment
 commands instead, a memory call costs nothing and an executable call costs exactly the
 actions it runs, so invoking could never win on efficiency and a redundant call could never
 lose: every earlier round measured here had no invoke-preferred local pair. Counted in
@@ -26,6 +29,7 @@ from dataclasses import dataclass, field
 from selskill.config import RunConfig, bad_value, check_at_least, check_choice
 from selskill.data.layout import StageDir
 from selskill.data.schema import ROLE_ASSISTANT
+from selskill.metrics import StepMeasure, step_measure
 from selskill.stages.common import (
     StageInputs,
     StageStats,
@@ -128,13 +132,16 @@ def _pair(
     }
 
 
-def episode_pairs(rollouts: list[dict], max_rejected: int, discards: Counter) -> list[dict]:
-    """Per task: shortest clean success vs up to `max_rejected` longest failures."""
+def episode_pairs(
+    rollouts: list[dict], max_rejected: int, discards: Counter, steps: StepMeasure | None = None
+) -> list[dict]:
+    """Per task: shortest clean success vs up to `max_rejected` longest failures (`steps`: the benchmark's)."""
+    col = (steps or step_measure()).episode
     usable = [r for r in rollouts if r["termination"] != "error"]
     discards["episode_env_error"] += len(rollouts) - len(usable)
-    wins = sorted((r for r in usable if r["success"]), key=lambda r: (r["n_turns"], r["rollout_id"]))
+    wins = sorted((r for r in usable if r["success"]), key=lambda r: (r[col], r["rollout_id"]))
     clean = [r for r in wins if r["n_malformed"] == 0]
-    losses = sorted((r for r in usable if not r["success"]), key=lambda r: (-r["n_turns"], r["rollout_id"]))
+    losses = sorted((r for r in usable if not r["success"]), key=lambda r: (-r[col], r["rollout_id"]))
     if not wins or not losses:
         discards["episode_no_contrast"] += 1
         return []
@@ -162,8 +169,8 @@ def episode_pairs(rollouts: list[dict], max_rejected: int, discards: Counter) ->
                 "success_vs_failure",
                 best,
                 loss,
-                best["n_turns"],
-                loss["n_turns"],
+                best[col],
+                loss[col],
                 c_src=best["rollout_id"],
                 r_src=loss["rollout_id"],
             )
@@ -171,7 +178,7 @@ def episode_pairs(rollouts: list[dict], max_rejected: int, discards: Counter) ->
     return out
 
 
-def _best(forks: list[dict]) -> dict | None:
+def _best(forks: list[dict], col: str = "steps_after_branch") -> dict | None:
     """Best continuation of an arm: success, then no malformed turn, then fewest steps after the branch."""
     usable = [f for f in forks if f["termination"] != "error"]
     if not usable:
@@ -181,17 +188,21 @@ def _best(forks: list[dict]) -> dict | None:
         key=lambda f: (
             not f["success"],
             f["malformed_after_branch"] > 0,
-            f["steps_after_branch"],
+            f[col],
             f["fork_id"],
         ),
     )
 
 
-def local_pair(branch: dict, forks: list[dict], window_n: int, discards: Counter) -> dict | None:
+def local_pair(
+    branch: dict, forks: list[dict], window_n: int, discards: Counter, steps: StepMeasure | None = None
+) -> dict | None:
+    """The best invoke vs the best skip continuation of `branch`, or None (the reason counted in `discards`)."""
+    col = (steps or step_measure()).after_branch
     by_arm = defaultdict(list)
     for f in forks:
         by_arm[f["arm"]].append(f)
-    inv, skp = _best(by_arm["invoke"]), _best(by_arm["skip"])
+    inv, skp = _best(by_arm["invoke"], col), _best(by_arm["skip"], col)
     if inv is None or skp is None:
         discards["local_missing_arm"] += 1
         return None
@@ -202,11 +213,11 @@ def local_pair(branch: dict, forks: list[dict], window_n: int, discards: Counter
     elif not inv["success"]:
         discards["local_both_failed"] += 1
         return None
-    elif inv["steps_after_branch"] == skp["steps_after_branch"]:
+    elif inv[col] == skp[col]:
         discards["local_tie"] += 1
         return None
     else:
-        winner, loser = (inv, skp) if inv["steps_after_branch"] < skp["steps_after_branch"] else (skp, inv)
+        winner, loser = (inv, skp) if inv[col] < skp[col] else (skp, inv)
         reason = "efficiency"
     if winner["malformed_after_branch"] > 0:
         discards["local_chosen_malformed"] += 1
@@ -231,8 +242,8 @@ def local_pair(branch: dict, forks: list[dict], window_n: int, discards: Counter
         reason,
         winner,
         loser,
-        winner["steps_after_branch"],
-        loser["steps_after_branch"],
+        winner[col],
+        loser[col],
         branch=branch,
         c_arm=winner["arm"],
         r_arm=loser["arm"],
@@ -281,6 +292,7 @@ def run_label(run: RunConfig, cfg: LabelConfig, window_n: int, seed: int) -> boo
     """`window_n`: the recipe's local window (train_window_n; -1 = all) used for the stored default mask."""
     stage = StageDir.of(run.runs_dir, run.exp, run.round, "label")
     local = cfg.label_kinds in ("both", "local")
+    steps = step_measure(run.benchmark)
 
     def compute(stats: StageStats) -> list[dict]:
         sd = lambda name: StageDir.of(run.runs_dir, run.exp, run.round, name)  # noqa: E731
@@ -295,7 +307,7 @@ def run_label(run: RunConfig, cfg: LabelConfig, window_n: int, seed: int) -> boo
                 if r["task_id"] in mine:
                     by_task[r["task_id"]].append(r)
             for task in tasks:
-                pairs += episode_pairs(by_task[task], cfg.label_episode_max_rejected, discards)
+                pairs += episode_pairs(by_task[task], cfg.label_episode_max_rejected, discards, steps)
         if local:
             branches = read_stage(sd("branch"), "branch", run.world_size).to_pylist()
             branches = [b for b in branches if b["task_id"] in mine]
@@ -305,7 +317,7 @@ def run_label(run: RunConfig, cfg: LabelConfig, window_n: int, seed: int) -> boo
                     if f["task_id"] in mine:
                         forks[f["branch_id"]].append(f)
             for b in sorted(branches, key=lambda b: b["branch_id"]):
-                p = local_pair(b, forks[b["branch_id"]], window_n, discards)
+                p = local_pair(b, forks[b["branch_id"]], window_n, discards, steps)
                 if p is not None:
                     pairs.append(p)
         pairs = mix(

@@ -33,9 +33,25 @@ def ensure_init_policy(recipe: Recipe) -> Path | None:
     """Round 1 without a given model starts from the run's own offline init policy."""
     if recipe.policy.model_name_or_path:
         return None
+    out = policy_dir(recipe.run.runs_dir, recipe.run.exp, 1)
+    if recipe.run.benchmark == "bfcl":
+        from selskill.policy.bfcl_init import build_bfcl_init_policy_from_config
+        from selskill.stages.common import balanced_tasks
+        from selskill.stages.context import bfcl_index
+
+        # the first init_bfcl_tasks train tasks in the order the sample stage takes them
+        tasks = balanced_tasks(bfcl_index(recipe.run, "train").games, recipe.init.init_bfcl_tasks)
+        return build_bfcl_init_policy_from_config(
+            recipe.init,
+            out,
+            run=recipe.run,
+            seed=recipe.seed,
+            task_ids=tasks,
+            fmt=recipe.rollout.turn_format("bfcl"),
+            listing_style=recipe.rollout.listing_style,
+        )
     from selskill.policy.init_sft import build_init_policy_from_config
 
-    out = policy_dir(recipe.run.runs_dir, recipe.run.exp, 1)
     return build_init_policy_from_config(
         recipe.init,
         out,
@@ -86,7 +102,7 @@ def run_round(recipe: Recipe, argv: list[str]) -> dict:
 
 def round_summary(run) -> dict:
     rd = round_dir(run.runs_dir, run.exp, run.round)
-    out = {"round": run.round, "exp": run.exp, "dir": str(rd), "stages": {}}
+    out = {"round": run.round, "exp": run.exp, "dir": str(rd), "stages": {}, "benchmark": run.benchmark}
     for name in ("sample", "branch", "fork", "label", "eval"):
         stage = StageDir.of(run.runs_dir, run.exp, run.round, name)
         out["stages"][name] = collect_stats(stage)
@@ -157,11 +173,12 @@ def format_summary(summary: dict) -> str:
             )
             lines.append(f"  {key.replace('metrics_', '')} {split} (n={o['episodes']}): {vals}")
     prev = "init" if summary["round"] == 1 else f"R{summary['round'] - 1}"
+    things = "tasks" if summary.get("benchmark") == "bfcl" else "games"
     for split, d in (summary.get("paired_sr") or {}).items():
         if d.get("diff") is not None:
             lo, hi = d["ci"]
             lines.append(
-                f"  ΔSR R{summary['round']} - {prev} {split} (same {d['tasks']} games, paired 95% CI): "
+                f"  ΔSR R{summary['round']} - {prev} {split} (same {d['tasks']} {things}, paired 95% CI): "
                 f"{100 * d['diff']:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}] points"
             )
     return "\n".join(lines)
