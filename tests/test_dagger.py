@@ -130,7 +130,7 @@ def test_build_with_dagger_and_from_a_base(tmp_path):
     (it3,) = json.loads((third.parent / MANIFEST).read_text())["train"]["dagger"]
     assert it3["iteration"] == 2 and len(find_games(games_dir, "train").games) == 6 * 4
 
-    with pytest.raises(ValueError, match="lr differ"):
+    with pytest.raises(ValueError, match=r"lr: 0\.003 -> 0\.001"):
         build_init_policy(tmp_path / "runs" / "e" / "round_0" / "train" / "model", **{**kwargs, "lr": 1e-3},
                           dagger=dagger)  # fmt: skip
     with pytest.raises(ValueError, match="init_dagger_iters"):
