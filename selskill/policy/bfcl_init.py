@@ -13,16 +13,11 @@ so no test scenario's variant is ever demonstrated). No DAgger.
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
 import time
-from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
 from selskill.agent.bfcl import BfclTurnFormat
-from selskill.config import changed_settings
 from selskill.policy.bfcl_demos import (
     DEMO_FORMAT,
     DEMO_LISTING_STYLE,
@@ -32,12 +27,10 @@ from selskill.policy.bfcl_demos import (
 )
 from selskill.policy.bootstrap import TinyArch, build_model, train_tokenizer
 from selskill.policy.init_sft import (
-    COMPLETED,
-    MANIFEST,
     _settings,
     demo_token_lengths,
-    is_complete,
-    read_manifest,
+    reuse_or_start,
+    save_init_policy,
     sft_config,
     sft_train,
 )
@@ -100,18 +93,8 @@ def build_bfcl_init_policy(
         fmt=fmt,
         listing_style=listing_style,
     )
-    if not redo and is_complete(out_dir):
-        manifest = read_manifest(out_dir) or {}
-        if manifest.get("settings") == settings:
-            return out_dir
-        differ = changed_settings(manifest.get("settings") or {}, settings)
-        raise FileExistsError(
-            f"{out_dir} holds an init policy built with other settings: {'; '.join(differ)} (built -> asked; "
-            f"{stage_dir / MANIFEST}). Pass the settings it was built with, --redo to rebuild it, or choose "
-            "another experiment"
-        )
-    (stage_dir / COMPLETED).unlink(missing_ok=True)
-    stage_dir.mkdir(parents=True, exist_ok=True)
+    if reuse_or_start(out_dir, stage_dir, settings, redo):
+        return out_dir
     timings: dict[str, float] = {}
     t_all = time.perf_counter()
 
@@ -148,38 +131,10 @@ def build_bfcl_init_policy(
     model = trainer.model
     timings["train_seconds"] = round(time.perf_counter() - t, 1)
 
-    tmp = out_dir.with_name(out_dir.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    shutil.rmtree(out_dir, ignore_errors=True)
-    os.replace(tmp, out_dir)
-    shutil.rmtree(work, ignore_errors=True)
-    timings["total_seconds"] = round(time.perf_counter() - t_all, 1)
-
-    stats = report.stats()
-    stats["dropped"]["too_long"] = len(report.demos) - len(kept)
-    manifest = {
-        "settings": settings,
-        "model_dir": str(out_dir),
-        "n_parameters": sum(p.numel() for p in model.parameters()),
-        "vocab": len(tokenizer),
-        "demos": stats,
-        "demo_tokens": {
-            "mean": round(sum(kept_lengths) / len(kept_lengths), 1),
-            "max": max(kept_lengths),
-            "min": min(kept_lengths),
-            "total": sum(kept_lengths),
-        },
-        "train": train_stats,
-        "timings": timings,
-        "task_ids": [d.task_id for d in kept],
-        "demo_task_types": dict(Counter(d.task_type for d in kept)),
-    }
-    (stage_dir / (MANIFEST + ".tmp")).write_text(json.dumps(manifest, indent=1) + "\n")
-    os.replace(stage_dir / (MANIFEST + ".tmp"), stage_dir / MANIFEST)
-    (stage_dir / COMPLETED).write_text(json.dumps({"seconds": timings["total_seconds"]}) + "\n")
-    return out_dir
+    return save_init_policy(
+        out_dir, model, tokenizer, work=work, report=report, too_long=len(report.demos) - len(kept),
+        kept=kept, kept_lengths=kept_lengths, settings=settings, train=train_stats, timings=timings, t_all=t_all,
+    )  # fmt: skip
 
 
 def build_bfcl_init_policy_from_config(config, out_dir: str | Path, *, run, seed: int, **kwargs) -> Path:

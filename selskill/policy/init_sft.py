@@ -571,18 +571,8 @@ def build_init_policy(
         if dagger.base:
             settings["dagger"]["base"] = str(Path(dagger.base).resolve())
             settings["dagger"]["base_dagger"] = base_manifest["settings"].get("dagger")
-    if not redo and is_complete(out_dir):
-        manifest = read_manifest(out_dir) or {}
-        if manifest.get("settings") == settings:
-            return out_dir
-        differ = changed_settings(manifest.get("settings") or {}, settings)
-        raise FileExistsError(
-            f"{out_dir} holds an init policy built with other settings: {'; '.join(differ)} (built -> asked; "
-            f"{stage_dir / MANIFEST}). Pass the settings it was built with, --redo to rebuild it, or choose "
-            "another experiment"
-        )
-    (stage_dir / COMPLETED).unlink(missing_ok=True)
-    stage_dir.mkdir(parents=True, exist_ok=True)
+    if reuse_or_start(out_dir, stage_dir, settings, redo):
+        return out_dir
     timings: dict[str, float] = {}
     t_all = time.perf_counter()
 
@@ -679,6 +669,36 @@ def build_init_policy(
         else None
     )
 
+    return save_init_policy(
+        out_dir, model, tokenizer, work=work, report=report, too_long=too_long, kept=kept,
+        kept_lengths=kept_lengths, settings=settings, train=train_stats, timings=timings, t_all=t_all,
+    )  # fmt: skip
+
+
+def reuse_or_start(out_dir: Path, stage_dir: Path, settings: dict, redo: bool) -> bool:
+    """True when `out_dir` holds a complete init built with `settings` (reuse it); a complete
+    init built otherwise is refused naming what differs; else the stage is reset for a build."""
+    if not redo and is_complete(out_dir):
+        manifest = read_manifest(out_dir) or {}
+        if manifest.get("settings") == settings:
+            return True
+        differ = changed_settings(manifest.get("settings") or {}, settings)
+        raise FileExistsError(
+            f"{out_dir} holds an init policy built with other settings: {'; '.join(differ)} (built -> asked; "
+            f"{stage_dir / MANIFEST}). Pass the settings it was built with, --redo to rebuild it, or choose "
+            "another experiment"
+        )
+    (stage_dir / COMPLETED).unlink(missing_ok=True)
+    stage_dir.mkdir(parents=True, exist_ok=True)
+    return False
+
+
+def save_init_policy(
+    out_dir: Path, model, tokenizer, *, work: Path, report, too_long: int, kept, kept_lengths,
+    settings: dict, train: dict, timings: dict, t_all: float,
+) -> Path:  # fmt: skip
+    """Model (tmp + rename), then the manifest, then COMPLETED: a crash leaves the init incomplete."""
+    stage_dir = out_dir.parent
     tmp = out_dir.with_name(out_dir.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(tmp)
@@ -702,7 +722,7 @@ def build_init_policy(
             "min": min(kept_lengths, default=0),
             "total": sum(kept_lengths),
         },
-        "train": train_stats,
+        "train": train,
         "timings": timings,
         "task_ids": [d.task_id for d in kept],
         "demo_task_types": dict(Counter(d.task_type for d in kept)),
