@@ -41,8 +41,9 @@ setup: $(STAMP)  ## create .venv and install selskill with its dev tools
 test: $(STAMP)  ## run the offline test suite
 	WANDB_MODE=disabled $(BIN)/python -m pytest -q -m "not slow"
 
-lint: $(STAMP)  ## ruff check
+lint: $(STAMP)  ## ruff check + the import layers (lint-imports: [tool.importlinter] in pyproject.toml)
 	$(BIN)/ruff check $(wildcard selskill pipelines tests)
+	$(BIN)/lint-imports --no-logo
 
 format: $(STAMP)  ## ruff format + autofix
 	$(BIN)/ruff check --fix $(wildcard selskill pipelines tests)

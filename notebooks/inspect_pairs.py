@@ -23,8 +23,8 @@
 # assistant turns after the branch for local pairs) are highlighted in green.
 #
 # Settings come from environment variables so the same notebook runs in the test suite:
-# `SELSKILL_RUN` (run directory, default `runs/tiny`), `SELSKILL_ROUND` (default: the latest
-# round with pairs), filters `SELSKILL_KIND` (episode|local), `SELSKILL_REASON`
+# `SELSKILL_RUN` (the experiment directory `runs/<exp>`, default `runs/tiny`), `SELSKILL_ROUND`
+# (default: the latest round with pairs), filters `SELSKILL_KIND` (episode|local), `SELSKILL_REASON`
 # (success_vs_failure|efficiency), `SELSKILL_TASK_TYPE`, and `SELSKILL_PAIR` (which of the
 # filtered pairs to render). Or just edit the next cell.
 
@@ -33,12 +33,10 @@ import json
 import os
 from pathlib import Path
 
-import pyarrow.dataset as pads
-import pyarrow.parquet as pq
-from datasets import load_dataset
 from IPython.display import HTML, display
 
-from selskill import inspect as si
+import selskill
+from selskill import pair_html as si
 
 RUN = Path(os.environ.get("SELSKILL_RUN", "runs/tiny"))
 ROUND = os.environ.get("SELSKILL_ROUND") or None
@@ -47,28 +45,21 @@ REASON = os.environ.get("SELSKILL_REASON") or None
 TASK_TYPE = os.environ.get("SELSKILL_TASK_TYPE") or None
 PAIR_INDEX = int(os.environ.get("SELSKILL_PAIR", "0"))
 
-
-def shard_files(round_: int, stage: str) -> list[str]:
-    """A stage's non-empty shards (datasets cannot read a 0-row parquet file; ranks without pairs write one)."""
-    files = sorted((RUN / f"round_{round_}" / stage / "shards").glob("*.parquet"))
-    return [str(p) for p in files if pq.ParquetFile(p).metadata.num_rows > 0]
-
-
-rounds = sorted(
-    int(p.name.split("_", 1)[1])
-    for p in RUN.glob("round_*")
-    if p.name.split("_", 1)[1].isdigit() and shard_files(int(p.name.split("_", 1)[1]), "label")
-)
-if not rounds:
+labelled = selskill.rounds(RUN, "label")
+# by default the latest round that kept a pair (ranks without pairs write 0-row shards)
+rnd = int(ROUND) if ROUND else next((r for r in reversed(labelled) if len(selskill.load_pairs(RUN, r))), None)
+if rnd is None:
     raise SystemExit(f"no pairs under {RUN}/round_*/label/shards: run a round first (make round ROUND=1)")
-rnd = int(ROUND) if ROUND else rounds[-1]
-print(f"run {RUN}, rounds with pairs: {rounds}; inspecting round {rnd}")
+print(f"run {RUN}, rounds with a label stage: {labelled}; inspecting round {rnd}")
 
 # %% [markdown]
-# ## Load the pair shards
+# ## Load the pairs
+#
+# `selskill.load_pairs(run, round)` (and `load_rollouts`, `load_branches`, `load_forks`,
+# `load_eval`) return a `datasets.Dataset` of a stage's rows.
 
 # %%
-pairs = load_dataset("parquet", data_files=shard_files(rnd, "label"), split="train")
+pairs = selskill.load_pairs(RUN, rnd)
 print(pairs)
 
 # label stats: how many training tasks were sampled (for pairs/task) and why pairs were dropped
@@ -119,15 +110,24 @@ if (model_dir / "tokenizer_config.json").exists():
 print("tokenizer:", model_dir if tokenizer is not None else "none (showing token ids)")
 
 
+sources = {}  # stage -> its rows, loaded once
+
+
 def source_rows(pair: dict) -> dict:
     """The source rows (token ids + roles) of a pair's sides, for the prefix colours."""
     stage, key = ("fork", "fork_id") if pair["kind"] == "local" else ("sample", "rollout_id")
-    files = shard_files(rnd, stage)
-    if not files:
+    if stage not in sources:
+        try:
+            sources[stage] = selskill.load_stage(RUN, rnd, stage).select_columns([key, "token_ids", "role"])
+        except FileNotFoundError as exc:  # the prefix is then shown without role colours
+            print(f"no source rows for the prefix colours: {exc}")
+            sources[stage] = None
+    rows = sources[stage]
+    if rows is None:
         return {}
-    ids = [pair["chosen_source"], pair["rejected_source"]]
-    table = pads.dataset(files).to_table(columns=[key, "token_ids", "role"], filter=pads.field(key).isin(ids))
-    return {row[key]: row for row in table.to_pylist()}
+    position = {ident: i for i, ident in enumerate(rows[key])}
+    wanted = [pair["chosen_source"], pair["rejected_source"]]
+    return {ident: rows[position[ident]] for ident in wanted if ident in position}
 
 
 if len(view) == 0:

@@ -1,13 +1,13 @@
-"""The branch stage of a round, as one rank: `python pipelines/branch.py --config RECIPE --round R --rank I --world-size N`."""
+"""The branch stage of a round, as one rank: `python pipelines/branch.py --config RECIPE --round R --rank I --world_size N`."""
 
 import sys
 
-from selskill.config import make_parser, run_entry
-from selskill.stages.branch import run_branch
+from selskill.config import make_parser
+from selskill.stages.table import stage_main
 
 
 def main(argv=None) -> int:
-    return run_entry(lambda r: run_branch(r.run, r.policy, r.rollout, r.branch, r.seed), argv)
+    return stage_main("branch", argv)
 
 
 __all__ = ["main", "make_parser"]

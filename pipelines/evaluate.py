@@ -1,13 +1,13 @@
-"""Evaluate round R's model on the held-out splits: `python pipelines/evaluate.py --config RECIPE --round R`."""
+"""Evaluate round R's model on the held-out splits, as one rank: `python pipelines/evaluate.py --config RECIPE --round R`."""
 
 import sys
 
-from selskill.config import make_parser, run_entry
-from selskill.stages.evaluate import run_eval
+from selskill.config import make_parser
+from selskill.stages.table import stage_main
 
 
 def main(argv=None) -> int:
-    return run_entry(lambda r: run_eval(r.run, r.policy, r.rollout, r.eval, r.seed), argv)
+    return stage_main("eval", argv)
 
 
 __all__ = ["main", "make_parser"]

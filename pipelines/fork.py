@@ -1,13 +1,13 @@
-"""The fork stage of a round, as one rank: `python pipelines/fork.py --config RECIPE --round R --rank I --world-size N`."""
+"""The fork stage of a round, as one rank: `python pipelines/fork.py --config RECIPE --round R --rank I --world_size N`."""
 
 import sys
 
-from selskill.config import make_parser, run_entry
-from selskill.stages.fork import run_fork
+from selskill.config import make_parser
+from selskill.stages.table import stage_main
 
 
 def main(argv=None) -> int:
-    return run_entry(lambda r: run_fork(r.run, r.policy, r.rollout, r.fork, r.seed), argv)
+    return stage_main("fork", argv)
 
 
 __all__ = ["main", "make_parser"]

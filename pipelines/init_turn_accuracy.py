@@ -7,7 +7,7 @@ of its training games and on held-out games, and counts the assistant turns that
 decoding reproduces token for token under teacher forcing (the argmax at every position of
 the turn is the demonstrated token), overall and by turn kind (`go to`, `take`, tool calls
 per skill, ...). Skill-call decisions in the demonstrations are drawn at rates below 1 by
-design (policy/demos.py), so those kinds cannot reach 100%; the manual actions can.
+design (selskill/init/demos.py), so those kinds cannot reach 100%; the manual actions can.
 
     python pipelines/init_turn_accuracy.py --model runs/tiny/round_0/train/model \\
         --heldout runs/games-heldout --games 30
@@ -35,7 +35,7 @@ def turn_kind(text: str, skill_names) -> str:
 def turn_accuracy(model, tokenizer, demos) -> dict:
     import torch
 
-    from selskill.policy.init_sft import sft_dataset
+    from selskill.init.sft import sft_dataset
     from selskill.skills import load_alfworld_skills
 
     skill_names = load_alfworld_skills().names
@@ -79,8 +79,9 @@ def main(argv=None) -> int:
 
     from selskill.agent.turn_format import TurnFormat
     from selskill.envs.alfworld import find_games
-    from selskill.policy.demos import DemoMix, build_demos
-    from selskill.policy.init_sft import read_manifest, train_games
+    from selskill.init.alfworld import train_games
+    from selskill.init.demos import DemoMix, build_demos
+    from selskill.init.sft import read_manifest
 
     manifest = read_manifest(args.model)
     if manifest is None:

@@ -1,13 +1,13 @@
-"""The sample stage of a round, as one rank: `python pipelines/sample.py --config RECIPE --round R --rank I --world-size N`."""
+"""The sample stage of a round, as one rank: `python pipelines/sample.py --config RECIPE --round R --rank I --world_size N`."""
 
 import sys
 
-from selskill.config import make_parser, run_entry
-from selskill.stages.sample import run_sample
+from selskill.config import make_parser
+from selskill.stages.table import stage_main
 
 
 def main(argv=None) -> int:
-    return run_entry(lambda r: run_sample(r.run, r.policy, r.rollout, r.sample, r.seed), argv)
+    return stage_main("sample", argv)
 
 
 __all__ = ["main", "make_parser"]

@@ -13,14 +13,9 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
+from selskill.config import make_parser
 
-def make_parser():
-    """The recipe parser (every stage's dataclasses; `--help` lists every key)."""
-    from trl import TrlParser
-
-    from selskill.config import recipe_dataclasses
-
-    return TrlParser(recipe_dataclasses())
+__all__ = ["main", "make_parser"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -9,7 +9,7 @@ one of them is in the top k of a mode's ranking:
   are the reference skill of the call's class (`file_system_reference` for
   GorillaFileSystem, ...) and every workflow skill (an executable skill) with a step that
   calls that function. The strategy skills are never labels.
-- **ALFWorld**: demonstrations from `selskill.policy.demos` with a mix in which the expert
+- **ALFWorld**: demonstrations from `selskill.init.demos` with a mix in which the expert
   calls its skills where they help (opening memory, the task skill once it holds the
   object, `place_held_object`, `find_second_object`), no premature, wrong or random calls,
   and the demonstrations' usual 10% wrong moves. At every decision the label is the skill
@@ -156,7 +156,7 @@ def bfcl_episodes(
 
 def bench_demo_mix():
     """The expert calling its skills where they help, with the demonstrations' wrong moves."""
-    from selskill.policy.demos import DemoMix
+    from selskill.init.demos import DemoMix
 
     return DemoMix(
         opening_memory=1.0,
@@ -173,7 +173,7 @@ def bench_demo_mix():
 
 
 def _traced_episode_class():
-    from selskill.policy.demos import DemoEpisode
+    from selskill.init.demos import DemoEpisode
 
     class TracedEpisode(DemoEpisode):
         """A demonstration that also records, at each decision, the prefix retrieval may see."""
@@ -212,7 +212,7 @@ def alfworld_episodes(
     import random
 
     from selskill.envs.alfworld import AlfworldEnv, find_games
-    from selskill.policy.demos import (
+    from selskill.init.demos import (
         DEMO_FORMAT,
         DEMO_LISTING_STYLE,
         MixState,

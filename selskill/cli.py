@@ -55,23 +55,20 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 def _cmd_init(args: argparse.Namespace) -> int:
-    import dataclasses
-
     from selskill.config import load_recipe
     from selskill.stages.context import ensure_games
-    from selskill.stages.evaluate import run_eval
-    from selskill.stages.round import ensure_init_policy, format_summary, round_summary
+    from selskill.stages.round import format_summary, round_summary
+    from selskill.stages.table import BY_NAME
 
     recipe = load_recipe(args.recipe_args)
-    ensure_games(recipe.run, recipe.games)
-    path = ensure_init_policy(recipe)
-    if path is None:
+    if recipe.policy.model_name_or_path:
+        ensure_games(recipe.run, recipe.games)
         print("model_name_or_path is set: the recipe starts from that model, no init policy to build")
         return 0
-    run0 = dataclasses.replace(recipe.run, round=0, rank=0, world_size=1)
-    run_eval(run0, recipe.policy, recipe.rollout, recipe.eval, recipe.seed)
+    recipe = recipe.with_run(round=1, rank=0, world_size=1)  # the init stage is round 1's first stage
+    path = BY_NAME["init"].run(recipe)
     print(f"init policy: {path}")
-    print(format_summary(round_summary(run0)))
+    print(format_summary(round_summary(recipe.with_run(round=0).run)))
     return 0
 
 
@@ -79,30 +76,15 @@ def _cmd_round(args: argparse.Namespace) -> int:
     from selskill.config import load_recipe
     from selskill.stages.round import run_round
 
-    run_round(load_recipe(args.recipe_args), list(args.recipe_args))
+    run_round(load_recipe(args.recipe_args))
     return 0
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
     from selskill.config import load_recipe
-    from selskill.data.shards import write_json_atomic, write_shard
-    from selskill.metrics import LABELS, METRICS, format_value
-    from selskill.stages.context import load_policy
-    from selskill.stages.evaluate import evaluate_rows, summarize
+    from selskill.stages.evaluate import evaluate_model
 
-    recipe = load_recipe(args.recipe_args)
-    policy = load_policy(recipe.policy, args.model, recipe.rollout, recipe.seed)
-    rows = evaluate_rows(policy, recipe.run, recipe.rollout, recipe.eval, recipe.seed, games_root=args.games)
-    summary = summarize(rows, recipe.eval, recipe.seed, recipe.run.benchmark)
-    for split, m in summary.items():
-        o = m["overall"]
-        print(
-            f"{split} (n={o['episodes']}): "
-            + "  ".join(f"{LABELS[k]}={format_value(k, o.get(k), o['ci'].get(k))}" for k in METRICS)
-        )
-    if args.out:
-        write_shard(rows, f"{args.out}/shards/00000.parquet", "rollout")
-        write_json_atomic({"model": args.model, "splits": summary}, f"{args.out}/metrics.json")
+    evaluate_model(load_recipe(args.recipe_args), args.model, games=args.games, out=args.out)
     return 0
 
 
@@ -276,7 +258,10 @@ def build_parser() -> argparse.ArgumentParser:
         "round",
         help="run one SelSkill round: sample, branch, fork, label, train, eval (what `make round` runs)",
         description="Run round r of the recipe with round r-1's model; stages and ranks already complete are "
-        "skipped. Example: selskill round --config recipes/tiny.yaml --round 1",
+        "skipped. The recipe's executor runs the stages' ranks: local (this machine; local_workers), slurm (one "
+        "sbatch --array per stage; with --dry_run it prints the scripts and submits nothing) or ray (one Ray task "
+        "per rank). Example: selskill round --config recipes/tiny.yaml --round 1; selskill round --config "
+        "recipes/dpo_8b.yaml --round 1 --world_size 64 --executor slurm --slurm_partition gpu --dry_run",
     )
     p.set_defaults(takes_recipe=True)  # --config RECIPE and --key value overrides pass through to TrlParser
     p.set_defaults(func=_cmd_round)
@@ -384,12 +369,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.recipe_args = unknown  # --config RECIPE and --key value overrides, checked by TrlParser
     elif unknown:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    from selskill.executors import StageFailed
     from selskill.stages.common import StageRefused
 
     try:
         return args.func(args)
     # bad input, or a rank refused (another writer, recorded inputs that differ): what and the fix, no traceback
-    except (FileNotFoundError, FileExistsError, ValueError, StageRefused) as exc:
+    except (FileNotFoundError, FileExistsError, ValueError, StageRefused, StageFailed) as exc:
         print(f"selskill {args.command}: error: {exc}", file=sys.stderr)
         return 2
 

@@ -15,13 +15,15 @@
   turns / turns.
 
 Confidence intervals are 95% percentile bootstraps over episodes (seeded, so a report is
-reproducible); ratio metrics resample episodes, not calls.
+reproducible); ratio metrics resample episodes, not calls. `sum_yields` adds up the label
+stage's pair yields over ranks, for the report and the replication alike (neither imports
+the other).
 """
 
 from __future__ import annotations
 
 import random
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -155,3 +157,30 @@ def format_value(metric: str, value, ci=None) -> str:
         return f"{text} [{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]" if ci else text
     text = f"{value:.2f}"
     return f"{text} [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else text
+
+
+def sum_yields(stats: list[dict]) -> dict | None:
+    """The label stage's per-rank `yield` dicts summed into one (shares recomputed)."""
+    ys = [s["yield"] for s in stats if isinstance(s.get("yield"), dict)]
+    if not ys:
+        return None
+    tasks = sum(int(y.get("tasks", 0)) for y in ys)
+    kinds, reasons, discarded = Counter(), Counter(), Counter()
+    invoke_pref = 0.0
+    for y in ys:
+        kinds.update(y.get("pairs_by_kind", {}))
+        reasons.update(y.get("pairs_by_reason", {}))
+        discarded.update(y.get("discarded", {}))
+        local = y.get("pairs_by_kind", {}).get("local", 0)
+        invoke_pref += y.get("local_invoke_preferred", y.get("invoke_preferred_share", 0.0) * local)
+    local = kinds.get("local", 0)
+    return {
+        "tasks": tasks,
+        "pairs": sum(int(y.get("pairs", 0)) for y in ys),
+        "pairs_by_kind": dict(sorted(kinds.items())),
+        "pairs_by_reason": dict(sorted(reasons.items())),
+        "pairs_per_task": {k: v / tasks for k, v in sorted(kinds.items())} if tasks else {},
+        "local_invoke_preferred": int(round(invoke_pref)),
+        "invoke_preferred_share": invoke_pref / local if local else None,
+        "discarded": {k: v for k, v in sorted(discarded.items()) if v},
+    }

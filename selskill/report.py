@@ -43,6 +43,7 @@ from selskill.metrics import (
     format_value,
     metrics_by_task_type,
     step_measure,
+    sum_yields,
 )
 from selskill.metrics import paired_sr_difference as _paired
 
@@ -123,33 +124,6 @@ def _stage_rows(
             f"round {r}: cannot read {stage.path.name} shards ({type(exc).__name__}: {exc}) — {what} skipped"
         )
         return None
-
-
-def sum_yields(stats: list[dict]) -> dict | None:
-    """The label stage's per-rank `yield` dicts summed into one (shares recomputed)."""
-    ys = [s["yield"] for s in stats if isinstance(s.get("yield"), dict)]
-    if not ys:
-        return None
-    tasks = sum(int(y.get("tasks", 0)) for y in ys)
-    kinds, reasons, discarded = Counter(), Counter(), Counter()
-    invoke_pref = 0.0
-    for y in ys:
-        kinds.update(y.get("pairs_by_kind", {}))
-        reasons.update(y.get("pairs_by_reason", {}))
-        discarded.update(y.get("discarded", {}))
-        local = y.get("pairs_by_kind", {}).get("local", 0)
-        invoke_pref += y.get("local_invoke_preferred", y.get("invoke_preferred_share", 0.0) * local)
-    local = kinds.get("local", 0)
-    return {
-        "tasks": tasks,
-        "pairs": sum(int(y.get("pairs", 0)) for y in ys),
-        "pairs_by_kind": dict(sorted(kinds.items())),
-        "pairs_by_reason": dict(sorted(reasons.items())),
-        "pairs_per_task": {k: v / tasks for k, v in sorted(kinds.items())} if tasks else {},
-        "local_invoke_preferred": int(round(invoke_pref)),
-        "invoke_preferred_share": invoke_pref / local if local else None,
-        "discarded": {k: v for k, v in sorted(discarded.items()) if v},
-    }
 
 
 def _summarize_rows(rows: list[dict], n_boot: int, seed: int, benchmark: str = "alfworld") -> dict:

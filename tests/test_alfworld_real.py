@@ -15,8 +15,8 @@ import pytest
 from selskill.envs.alfworld import AlfworldEnv, data_root, find_games, record_for_trial
 from selskill.envs.alfworld_grammar import OldGrammarError, is_old_grammar, patch_game
 from selskill.envs.base import EnvState
+from selskill.envs.expert import Expert, TaskSpec, play_expert
 from selskill.envs.verify import verify_games
-from selskill.policy.demos import Expert, TaskSpec, play_expert
 
 
 def _sample_root() -> Path | None:
@@ -172,7 +172,7 @@ def test_expert_reads_both_arrival_texts():
 @pytest.mark.slow
 @needs_sample
 def test_expert_wins_95_percent_of_the_sample():
-    from selskill.policy.demos import DemoMix, build_demos
+    from selskill.init.demos import DemoMix, build_demos
 
     report = build_demos(find_games(SAMPLE, "train"), mix=DemoMix.none(), seed=0, max_env_steps=50)
     assert len(report.demos) >= 57, report.dropped

@@ -61,8 +61,9 @@ seed: 0
 @pytest.fixture(scope="module")
 def round_dir(tmp_path_factory):
     from selskill.config import load_recipe
-    from selskill.policy.bfcl_demos import BfclDemoMix
-    from selskill.policy.bfcl_init import build_bfcl_init_policy
+    from selskill.init.bfcl import build_bfcl_init_policy
+    from selskill.init.bfcl_demos import BfclDemoMix
+    from selskill.stages.context import turn_format
     from selskill.stages.round import run_round
 
     root = tmp_path_factory.mktemp("bfcl_round")
@@ -85,11 +86,11 @@ def round_dir(tmp_path_factory):
         lr=1e-2,
         batch_size=1,
         max_length=6144,
-        fmt=recipe.rollout.turn_format("bfcl"),
+        fmt=turn_format(recipe.rollout, "bfcl"),
         listing_style=recipe.rollout.listing_style,
         progress=False,
     )
-    summary = run_round(recipe, argv)
+    summary = run_round(recipe)
     return root / "runs" / "bfcl", summary
 
 

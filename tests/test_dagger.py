@@ -13,10 +13,12 @@ from selskill.agent.parser import parse_turn
 from selskill.agent.runner import EpisodeSpec
 from selskill.agent.turn_format import render_action, render_skill_call
 from selskill.envs.alfworld import AlfworldEnv, find_games
-from selskill.policy.dagger import disagreements, relabel_rollout
-from selskill.policy.demos import DemoEpisode, DemoMix, task_spec
+from selskill.envs.expert import task_spec
+from selskill.init.alfworld import build_init_policy
+from selskill.init.dagger import DAGGER_DEMOS, DaggerSettings, disagreements, relabel_rollout
+from selskill.init.demos import DemoEpisode, DemoMix
+from selskill.init.sft import MANIFEST
 from selskill.policy.hf import HFPolicy
-from selskill.policy.init_sft import DAGGER_DEMOS, MANIFEST, DaggerSettings, build_init_policy
 from selskill.skills import SkillExecutor, load_alfworld_skills, render_listing
 
 

@@ -9,18 +9,18 @@ from selskill.agent.transcript import after_action, after_skill, opening_message
 from selskill.agent.turn_format import render_action, render_skill_call
 from selskill.envs import alfworld_gen
 from selskill.envs.alfworld import AlfworldEnv, find_games
-from selskill.policy.demos import (
+from selskill.envs.base import natural_key
+from selskill.envs.expert import search_order
+from selskill.init.demos import (
     DEMO_FORMAT,
     DEMO_LISTING_STYLE,
     TASK_SKILL,
     DemoMix,
     build_demos,
     make_demos,
-    search_order,
     tokenizer_corpus,
 )
 from selskill.skills import SkillExecutor, load_alfworld_skills, render_listing
-from selskill.skills.executor import natural_key
 
 # every decision point fires (a random memory call on every turn would never end: off)
 ALL_ON = dataclasses.replace(

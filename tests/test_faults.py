@@ -482,15 +482,16 @@ def test_a_mistyped_recipe_is_named_without_a_stray_sed_error(capsys):
 
 
 def test_an_init_built_with_other_settings_names_them(tmp_path):
-    from selskill.policy import init_sft
+    from selskill.init import alfworld as init_build
+    from selskill.init import sft
 
     out = tmp_path / "round_0" / "train" / "model"
     out.mkdir(parents=True)
     (out / "config.json").write_text("{}")
-    (out.parent / init_sft.COMPLETED).write_text("{}")
-    (out.parent / init_sft.MANIFEST).write_text(json.dumps({"settings": {"lr": 1.0}}))
+    (out.parent / sft.COMPLETED).write_text("{}")
+    (out.parent / sft.MANIFEST).write_text(json.dumps({"settings": {"lr": 1.0}}))
     with pytest.raises(FileExistsError, match=r"built with other settings: .*lr: 1\.0 -> 0\.004.*--redo"):
-        init_sft.build_init_policy(out, games_dir=tmp_path / "games", progress=False)
+        init_build.build_init_policy(out, games_dir=tmp_path / "games", progress=False)
     assert changed_settings({"arch": {"layers": 2}, "lr": 1}, {"arch": {"layers": 4}, "lr": 1}) == [
         "arch.layers: 2 -> 4"
     ]

@@ -6,7 +6,7 @@ from pathlib import Path
 import torch
 
 from selskill.agent.turn_format import render_action, render_skill_call
-from selskill.policy.demos import Demo
+from selskill.init.demos import Demo
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -8,19 +8,13 @@ import pytest
 from selskill.agent.parser import parse_turn
 from selskill.agent.transcript import after_action, after_skill, opening_messages
 from selskill.agent.turn_format import TurnFormat
+from selskill.config.init import InitConfig
 from selskill.envs.alfworld import AlfworldEnv, find_games
-from selskill.policy import init_sft
+from selskill.init import alfworld as init_build
+from selskill.init.alfworld import build_init_policy, build_kwargs, demo_mix, init_arch
+from selskill.init.demos import DEMO_FORMAT, DEMO_LISTING_STYLE, DemoMix, make_demos, tokenizer_corpus
+from selskill.init.sft import COMPLETED, MANIFEST, sft_config, sft_dataset, sft_train
 from selskill.policy.bootstrap import IM_END, TinyArch, build_model, train_tokenizer
-from selskill.policy.demos import DEMO_FORMAT, DEMO_LISTING_STYLE, DemoMix, make_demos, tokenizer_corpus
-from selskill.policy.init_sft import (
-    COMPLETED,
-    MANIFEST,
-    InitConfig,
-    build_init_policy,
-    sft_config,
-    sft_dataset,
-    sft_train,
-)
 from selskill.skills import SkillExecutor, load_alfworld_skills, render_listing
 
 MICRO = TinyArch(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
@@ -187,7 +181,7 @@ def test_build_reload_and_reuse(tmp_path, monkeypatch):
     def boom(*args, **kw):
         raise AssertionError("retrained")
 
-    monkeypatch.setattr(init_sft, "sft_train", boom)
+    monkeypatch.setattr(init_build, "sft_train", boom)
     assert build_init_policy(out, **kwargs) == out
     with pytest.raises(FileExistsError):
         build_init_policy(out, **{**kwargs, "lr": 1e-3})
@@ -206,9 +200,9 @@ def test_init_config_joins_a_trl_recipe():
     trl_names = {f.name for t in (DPOConfig, SFTConfig) for f in dataclasses.fields(t)}
     assert not names & trl_names
     cfg = InitConfig()
-    assert cfg.demo_mix() == DemoMix()
-    assert cfg.arch() == TinyArch()
-    assert set(cfg.build_kwargs()) <= set(build_init_policy.__code__.co_varnames)
+    assert demo_mix(cfg) == DemoMix()
+    assert init_arch(cfg) == TinyArch()
+    assert set(build_kwargs(cfg)) <= set(build_init_policy.__code__.co_varnames)
     parser = TrlParser((InitConfig, DPOConfig))
     init, dpo = parser.parse_args_and_config(
         args=[
@@ -224,4 +218,15 @@ def test_init_config_joins_a_trl_recipe():
             "7",
         ]
     )
-    assert init.init_epochs == 2 and init.demo_mix().useful == 0.5 and dpo.seed == 7
+    assert init.init_epochs == 2 and demo_mix(init).useful == 0.5 and dpo.seed == 7
+
+
+def test_the_recipes_init_defaults_are_the_builders():
+    """The recipe layer states the init defaults itself (it imports no init code): they must be the builders'."""
+    from selskill.init.bfcl import bfcl_demo_mix
+    from selskill.init.bfcl_demos import BfclDemoMix
+    from selskill.init.demos import DEFAULT_MAX_ENV_STEPS
+
+    cfg = InitConfig()
+    assert bfcl_demo_mix(cfg) == BfclDemoMix()
+    assert cfg.init_max_env_steps == DEFAULT_MAX_ENV_STEPS

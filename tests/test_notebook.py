@@ -44,7 +44,7 @@ def test_inspect_pairs_notebook_executes(tmp_path, kind):
     pytest.importorskip("ipykernel")
 
     run = write_fixture_run(tmp_path / "runs", "fixture")
-    # a rank that kept no pairs writes a 0-row shard, which datasets cannot read: the notebook skips it
+    # a rank that kept no pairs writes a 0-row shard, which datasets.load_dataset rejects; selskill.load_pairs reads it
     label = StageDir.of(tmp_path / "runs", "fixture", 1, "label")
     write_shard([], label.shard(1), "pair")
     label.marker(1).write_text("{}\n")

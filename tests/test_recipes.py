@@ -113,6 +113,22 @@ def test_unknown_recipe_key_fails_loudly(tmp_path):
     bad.write_text("train_window: 3\n")
     with pytest.raises(ValueError, match="train_window"):
         parse(["--config", str(bad)])
+    with pytest.raises(ValueError, match="train_window"):
+        parse(["--config", "recipes/tiny.yaml", "--train_window", "3"])
+
+
+def test_training_parses_only_its_sections():
+    """The train stage builds run, policy and train: other sections' keys pass unchecked, and
+    parsing loads no stage, environment or init code (it once loaded 43 selskill modules)."""
+    code = (
+        "import sys; from selskill.train.run import parse; "
+        "run, policy, cfg = parse(['--config', 'recipes/tiny.yaml', '--sample_k', '-5', '--seed', '3']); "
+        "assert (run.seed, cfg.seed) == (3, 3), (run.seed, cfg.seed); "
+        "print(' '.join(sorted(m for m in sys.modules if m.startswith('selskill'))))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    loaded = out.stdout.split()
+    assert {m.split(".")[1] for m in loaded if "." in m} == {"config", "data", "train"}, loaded
 
 
 def test_selskill_train_relaunches_under_the_recipes_accelerate_config(monkeypatch):

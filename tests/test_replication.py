@@ -67,7 +67,7 @@ def test_a_branching_variant_without_pairs_does_not_stop_the_benchmark(runs, mon
 
     ran = []
 
-    def fake_round(recipe, argv):  # the main line's rounds are already on disk (fixture)
+    def fake_round(recipe):  # the main line's rounds are already on disk (fixture)
         ran.append(recipe.run.exp)
         if recipe.run.exp == "main-branch-random":
             raise NoTrainablePairs("round 1 has no trainable pairs")
@@ -83,7 +83,7 @@ def test_a_branching_variant_without_pairs_does_not_stop_the_benchmark(runs, mon
 
 
 def test_results_json_holds_paired_differences_targets_and_the_commit(runs, monkeypatch):
-    monkeypatch.setattr(rep, "run_round", lambda recipe, argv: None)  # the rounds are on disk (fixture)
+    monkeypatch.setattr(rep, "run_round", lambda recipe: None)  # the rounds are on disk (fixture)
     fork_stats = StageDir.of(runs, "main", 1, "fork").stats_file(0)
     fork_stats.write_text(json.dumps(json.loads(fork_stats.read_text()) | {"seconds": 12.5}))
     summary = rep.run_replication(

@@ -15,8 +15,8 @@ import pytest
 import torch
 from train_helpers import BAD, GOOD, SYSTEM, TASK, fixture_rows, micro_model, micro_tokenizer, pair_row
 
+from selskill.config.train import TrainConfig
 from selskill.data.shards import write_shard
-from selskill.train.config import TrainConfig
 from selskill.train.pairs import examples_to_dataset, loss_mask
 from selskill.train.trainer import OVERRIDDEN_HOOKS, TRL_VERSION, SelSkillDPOTrainer
 
@@ -408,10 +408,10 @@ def test_a_round_without_pairs_fails_naming_the_cause(tok, tmp_path):
     import pyarrow as pa
 
     from selskill.config import PolicyConfig, RunConfig
+    from selskill.config.train import TrainConfig
     from selskill.data.layout import StageDir
     from selskill.data.schema import PAIR_SCHEMA
     from selskill.data.shards import write_shard
-    from selskill.train.config import TrainConfig
     from selskill.train.run import run_train
 
     run = RunConfig(exp="t", runs_dir=str(tmp_path), round=1)

@@ -25,8 +25,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from selskill.agent.turn_format import ACTION_CLOSE, ACTION_OPEN
-
-ACTION_CHOICES = ("free", "admissible")
+from selskill.config.names import ACTION_CHOICES
 
 
 def check_action_choice(value: str) -> str:

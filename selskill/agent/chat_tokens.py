@@ -38,8 +38,9 @@ class ChatTokens:
 
         A prefix tokenized on its own can end on a token boundary the policy never produced:
         a BPE that merges `"}` writes every trained call as `... object "}`, so a forced
-        `... object "` is a state no demonstration contains, and the measured invoke arms all
-        continued with malformed JSON. The shortest token prefix of the canonical decision
+        `... object "` is a state no demonstration contains, from which invoke arms continue with
+        malformed JSON (docs/benchmarks.md, "Rounds at the tiny scale, and why no local pair ever
+        preferred invoking"). The shortest token prefix of the canonical decision
         that covers `prefix` is what the policy itself would have emitted (it may run a few
         characters past `prefix`, e.g. through that `"}`).
         """

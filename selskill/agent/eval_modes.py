@@ -21,9 +21,8 @@ import dataclasses
 from dataclasses import dataclass
 
 from selskill.agent.turn_format import TurnFormat
+from selskill.config.names import EVAL_MODES as MODES
 from selskill.skills import Skill, SkillLibrary, render_listing
-
-MODES: tuple[str, ...] = ("skills", "no_skills", "skills_as_context", "conservative", "explicit_skip")
 
 SKIP_SKILL = "self_reasoning"
 SELF_REASONING = Skill(

@@ -43,8 +43,8 @@ def play_game(
     if walkthrough:
         solution = known_solution(record)
         if not solution:
+            from selskill.envs.expert import play_expert
             from selskill.envs.verify import DEFAULT_MAX_STEPS
-            from selskill.policy.demos import play_expert
 
             out(
                 f"[{record.path} stores no walkthrough (real ALFWorld data carries none): "

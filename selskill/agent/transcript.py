@@ -46,8 +46,3 @@ def after_malformed(fmt: TurnFormat, state: EnvState) -> dict:
     return fmt.observation_message(
         INVALID_TURN_FEEDBACK, state.admissible_commands, task=_reminder(fmt, state)
     )
-
-
-def env_commands_of_turn(turn: dict) -> list[str]:
-    """The environment commands a recorded turn executed (to replay an episode's prefix)."""
-    return list(turn.get("commands") or [])

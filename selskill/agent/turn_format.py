@@ -15,6 +15,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from selskill.config.names import ADMISSIBLE_STYLES
+from selskill.config.names import TURN_STYLES as STYLES
+
 Style = Literal["thinking", "compact"]
 Decision = Literal["invoke", "skip"]
 
@@ -25,8 +28,6 @@ ACTION_CLOSE = "</action>"
 TOOL_CALL_OPEN = "<tool_call>"
 TOOL_CALL_CLOSE = "</tool_call>"
 
-STYLES: tuple[str, ...] = ("thinking", "compact")
-ADMISSIBLE_STYLES: tuple[str, ...] = ("all", "local")
 _ALWAYS_AVAILABLE = ("go to ", "examine ", "look", "inventory", "help")
 DECISIONS: tuple[str, ...] = ("invoke", "skip")
 

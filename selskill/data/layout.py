@@ -15,8 +15,6 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-STAGES = ("sample", "branch", "fork", "label", "train", "eval")
-
 
 @dataclass(frozen=True)
 class StageDir:

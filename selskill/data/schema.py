@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-# Per-token role codes (DESIGN.md).
+# Per-token role codes (docs/design.md, "Per-token roles").
 ROLE_PROMPT = 0  # system / template scaffolding / the task's first user message
 ROLE_ASSISTANT = 1
 ROLE_OBSERVATION = 2
 ROLE_SKILL_RETURN = 3
 
-TERMINATIONS = ("won", "step_limit", "error", "context_limit")
 PAIR_KINDS = ("episode", "local")
 
 _TURN = pa.struct(

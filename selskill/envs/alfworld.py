@@ -21,6 +21,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from selskill.config.names import KNOWN_SPLITS, REAL_ONLY_SPLITS
 from selskill.envs.alfworld_gen import SPLITS, TASK_TYPES
 from selskill.envs.alfworld_grammar import (
     OldGrammarError,
@@ -35,10 +36,6 @@ GAME_FILE = "game.tw-pddl"
 TRAJ_FILE = "traj_data.json"
 REAL_DATA_DIR = "json_2.1.1"
 _TASK_RE = re.compile(r"Your task is to: (.*?)\s*$", re.S)
-# splits a data root may hold: the generated three, plus real data's `valid_train`, which is
-# only indexed when named (it repeats train games)
-REAL_ONLY_SPLITS: tuple[str, ...] = ("valid_train",)
-KNOWN_SPLITS: tuple[str, ...] = SPLITS + REAL_ONLY_SPLITS
 
 
 @dataclass(frozen=True)
@@ -213,7 +210,7 @@ def record_for_trial(trial_dir: str | os.PathLike) -> GameRecord:
 
 
 def install_grammar_parse_cache() -> None:
-    """Memoise textworld's grammar-template parser (deep copies out): the same derivations, ~5x faster steps.
+    """Memoise textworld's grammar-template parser (deep copies out): the same derivations, faster steps.
 
     Every step the engine re-derives the command template of each applicable action, and
     each derivation first parses the template text with tatsu; the parse of a given text
@@ -249,15 +246,16 @@ TRANSLATION_CACHE_SIZE = 256  # games; one entry is the parsed task + its SAS te
 
 
 def install_translation_cache() -> None:
-    """Memoise fast-downward's PDDL->SAS translation per (domain, problem): ~6x cheaper resets.
+    """Memoise fast-downward's PDDL->SAS translation per (domain, problem): cheaper resets.
 
     textworld translates a game's problem twice (plain and optimised) each time it builds a
     planner state, and it builds one on `load` and another on every `reset`: four
-    translations (~0.1-0.4 s each, pure Python) to start an episode on a new game, two to
+    translations (pure Python, the bulk of a reset) to start an episode on a new game, two to
     restart the same game, although the output depends only on the two texts. Sampling K
     episodes per task and replaying a prefix for every fork restart the same games over and
-    over. The cached task is deep-copied out (~7 ms), so no state object shares it; texts,
-    admissible commands and outcomes are identical (a test replays games with and without it).
+    over. The cached task is deep-copied out (far cheaper than translating), so no state
+    object shares it; texts, admissible commands and outcomes are identical (a test replays
+    games with and without it). Figures: docs/benchmarks.md, "After the engine and KV fixes".
     """
     import copy
     from collections import OrderedDict
@@ -302,14 +300,15 @@ def clear_engine_caches() -> None:
 
 
 def install_context_copy() -> None:
-    """Copy textworld's derivation contexts with dict copies instead of `deepcopy`: ~1.4x faster steps.
+    """Copy textworld's derivation contexts with dict copies instead of `deepcopy`: faster steps.
 
     Every symbol of every derivation gets a copy of the context, whose `variables` and
     `mapping` dicts textworld deep-copies although derivation only ever adds keys to the
     copy (`dict.update` in `query`) and never mutates the entity and variable objects they
-    hold; a new dict per copy keeps every derivation's additions to itself. A third of a
-    step's time went to those deep copies. Texts are identical (the test that replays
-    games with and without the engine caches covers this one too).
+    hold; a new dict per copy keeps every derivation's additions to itself. Those deep copies
+    were a large share of a step (docs/benchmarks.md, "After the engine and KV fixes"). Texts
+    are identical (the test that replays games with and without the engine caches covers
+    this one too).
     """
     from textworld.envs.pddl import textgen
 

@@ -24,6 +24,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from selskill.config.names import ALFWORLD_SPLITS as SPLITS
+from selskill.config.names import GAME_SIZES as SIZES
+
 TASK_TYPES: tuple[str, ...] = (
     "pick_and_place_simple",
     "look_at_obj_in_light",
@@ -32,8 +35,6 @@ TASK_TYPES: tuple[str, ...] = (
     "pick_cool_then_place_in_recep",
     "pick_two_obj_and_place",
 )
-SPLITS: tuple[str, ...] = ("train", "valid_seen", "valid_unseen")
-SIZES: tuple[str, ...] = ("tiny", "small", "real")
 GENERATOR_VERSION = 1
 
 # The scale ladder: (receptacles, objects) ranges per generated size; `real` keeps the floor

@@ -4,8 +4,9 @@ Many copies of ALFWorld's 2.1.1 game files (`game.tw-pddl`) still carry alfworld
 grammar: objects are placed with `put X in/on Y` and going somewhere answers "You arrive at
 loc N.". alfworld 0.4.2's engine data, our generated games, the skills and the expert all use
 the new grammar (`move X to Y`, "You arrive at drawer 8."). Played unpatched, such a game
-loads without a word and every placement our side writes is inadmissible (measured: 79 of 80
-expert commands), so the loader detects the old grammar and, by default, patches it.
+loads without a word and every placement our side writes is inadmissible (docs/benchmarks.md,
+"ALFWorld game files with the old grammar"), so the loader detects the old grammar and, by
+default, patches it.
 
 The patch does what alfworld's own `scripts/patch_tw-pddl.py` (alfworld 0.4.2 source tree,
 not installed with the wheel) does to the files on disk, but in memory, leaving the files as
@@ -28,7 +29,7 @@ import re
 from collections.abc import Mapping
 from functools import lru_cache
 
-GRAMMAR_MODES = ("patch", "strict")
+from selskill.config.names import GRAMMAR_MODES
 
 OLD_PUT_TEMPLATE = "put {o} in/on {r}"
 NEW_PUT_TEMPLATE = "move {o} to {r}"

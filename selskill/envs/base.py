@@ -7,6 +7,7 @@ skill executor and the episode runner only ever talk to this protocol.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
@@ -62,3 +63,8 @@ def replay_commands(env: Env, task_id: str, commands: Sequence[str]) -> EnvState
         steps += state.env_steps
     state.env_steps = steps
     return state
+
+
+def natural_key(name: str) -> tuple:
+    """`microwave 2` before `microwave 10`: instance numbers compare as numbers."""
+    return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name))

@@ -59,15 +59,15 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cache
-from hashlib import sha256
 from importlib import resources
 
+from selskill.config.names import BFCL_CATEGORIES as CATEGORIES
+from selskill.config.names import DOC_STYLES
+from selskill.config.run import split_scenarios
 from selskill.envs.base import EnvError, EnvState, replay_commands
 from selskill.envs.calls import Call, Malformed, parse_calls
 
 BFCL_VERSION = "2026.3.23"
-CATEGORIES: tuple[str, ...] = ("base", "long_context", "miss_func", "miss_param")
-N_SCENARIOS = 200
 # the eight executable backends of the multi-turn categories; the memory and web-search
 # classes share BFCL's mapping tables and are never instantiated here
 BACKEND_CLASSES: tuple[str, ...] = (
@@ -250,21 +250,6 @@ def ground_truth_commands(
     return commands
 
 
-def split_scenarios(
-    test_fraction: float = 0.5, seed: int = 0, n: int = N_SCENARIOS
-) -> tuple[list[int], list[int]]:
-    """(train, test) scenario indices: a seeded shuffle by hash, the same in every process.
-
-    Split scenarios, not task ids: a scenario's four category variants share their classes
-    and state, so they must all fall on one side.
-    """
-    if not 0.0 <= test_fraction <= 1.0:
-        raise ValueError(f"test_fraction must be in [0, 1], got {test_fraction}")
-    order = sorted(range(n), key=lambda i: sha256(f"bfcl-split:{seed}:{i}".encode()).hexdigest())
-    n_test = round(n * test_fraction)
-    return sorted(order[n_test:]), sorted(order[:n_test])
-
-
 def split_tasks(
     split: str, categories: Iterable[str] = CATEGORIES, test_fraction: float = 0.5, seed: int = 0
 ) -> list[BfclTask]:
@@ -314,7 +299,6 @@ _TYPES = {
     "dict": "dict",
     "any": "any",
 }
-DOC_STYLES = ("json", "compact", "brief")
 
 
 def _type_name(spec: dict) -> str:

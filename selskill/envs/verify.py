@@ -3,7 +3,7 @@
 A game that starts won, has no task text, or cannot be won would silently corrupt success
 rates and preference labels downstream. A game with a stored walkthrough (every generated
 game) is checked by replaying it. Real ALFWorld data carries none, so there a player must
-win the game instead: our expert (selskill/policy/demos.py, no skill calls; the default) or
+win the game instead: our expert (selskill/envs/expert.py, no skill calls; the default) or
 alfworld's hand-coded expert (`expert="handcoded"`). A game a player loses is reported
 lost with the reason ("expert_stuck", "step_limit"): not proof that it is unwinnable, but
 a game the demonstrations cannot use either.
@@ -82,7 +82,7 @@ def verify_game(
         player = handcoded or HandcodedPlayer(env.grammar)
         _, won, reason = player.play(record, max_steps)
         return (None if won else reason), "handcoded"
-    from selskill.policy.demos import play_expert
+    from selskill.envs.expert import play_expert
 
     try:
         _, _, reason = play_expert(env, record, max_env_steps=max_steps)

@@ -106,8 +106,9 @@ def _cpu_gqa_sdpa(
 
     With an attention mask (every batched call here has one), transformers copies K/V to all
     query heads (`repeat_kv`) before calling torch's SDPA: a full copy of every row's KV cache
-    per layer per decode step. torch's `enable_gqa` gives the same result without the copy
-    (12x faster attention at 30 rows x 1600 tokens on the CPU; identical outputs).
+    per layer per decode step. torch's `enable_gqa` gives the same result without the copy,
+    which is most of the attention's time on a CPU (docs/benchmarks.md, "After the engine and
+    KV fixes"); the outputs are identical.
     """
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 

@@ -36,8 +36,8 @@ Exact entropy where asked (`exact_entropy_rescore`)
     - False (default): top-k estimates everywhere.
     - True: generate with `logprobs=-1` (the full vocabulary at every generated token);
       entropies are exact, `leftover_mass` is all 0 and `entropy_exact` is True. Costs
-      O(V) Python floats per token: 2-3.5x slower than k=20 at V=2054 on the 2-core CPU
-      (docs/benchmarks.md), growing with V.
+      O(V) Python floats per token, so it is several times slower than k=20 and grows with V
+      (docs/benchmarks.md, "vLLM backend").
     - an int m > 0: after generation, the first m generated tokens of every sample (the
       window the branch stage scores a turn by) are rescored exactly: one request per
       position, `prompt + generated[:j]`, one greedy token with `logprobs=-1`; prefix
@@ -75,9 +75,9 @@ Seeds and determinism
     seeding, vLLM's chunked prefill kept) samples depend on the engine seed and on the
     order and composition of calls, not on `GenerationRequest.seed`; `stats().extra
     ["per_request_seeds"]` records the mode. On GPU, vLLM's runner rewinds the (CUDA)
-    generator itself, so chunked prefill stays on (read from vLLM's source; not run here:
-    the GPU machine had no vllm package). The same seed gives different samples on GPU
-    and CPU (different samplers and kernels).
+    generator itself, so chunked prefill stays on (docs/benchmarks.md, "vLLM backend", says
+    which of this was run). The same seed gives different samples on GPU and CPU (different
+    samplers and kernels).
 
 CPU defaults
     On CPU the KV cache size is `kv_cache_memory_bytes` (default 1 GiB here, or
@@ -85,14 +85,15 @@ CPU defaults
     default reserves most of the machine. `in_process` (default None = True on CPU, vLLM's
     own choice, a separate engine process, on GPU): in-process the engine runs in this
     process with this process's `OMP_NUM_THREADS` threads; vLLM then binds this process's
-    memory to its NUMA node and disables `torch.set_num_threads` here. It starts in a few
-    seconds and decoded faster on the 2-core machine (docs/benchmarks.md). With an engine
+    memory to its NUMA node and disables `torch.set_num_threads` here. It starts sooner and,
+    on a small CPU, decodes faster (docs/benchmarks.md, "vLLM backend"). With an engine
     process (`in_process=False`) vLLM pins the worker's OpenMP threads
     (`VLLM_CPU_OMP_THREADS_BIND`, default auto: a core is left to the scheduler process,
     so 2 cores decode on 1) and scripts need an `if __name__ == "__main__":` guard
     (vLLM spawns). The setting is the `VLLM_ENABLE_V1_MULTIPROCESSING` environment
     variable, which vLLM reads once per process.
-    `enforce_eager=True` (an engine kwarg) skips torch.compile warm-up (~30 s on CPU).
+    `enforce_eager=True` (an engine kwarg) skips torch.compile's warm-up, which on a small CPU
+    costs more than compiling saves (docs/benchmarks.md, "vLLM backend").
 
 `trust_remote_code` is never set unless the caller asks.
 """

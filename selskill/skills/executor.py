@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from string import Formatter
 
-from selskill.envs.base import Env
+from selskill.envs.base import Env, natural_key
 from selskill.envs.calls import parse_one_call
 from selskill.skills.model import CallStep, FindStep, Skill, SkillLibrary
 
@@ -33,11 +33,6 @@ FUNCTION_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # the key under which an env that executes function calls reports each call of a step:
 # a list of {"call", "output", "error"} dicts (selskill/envs/bfcl.py)
 CALL_RESULTS = "call_results"
-
-
-def natural_key(name: str) -> tuple:
-    """`microwave 2` before `microwave 10`: instance numbers compare as numbers."""
-    return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name))
 
 
 def template_fields(template: str) -> list[str]:

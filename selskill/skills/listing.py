@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import json
 
+from selskill.config.names import LISTING_STYLES as STYLES
 from selskill.skills.model import Skill, SkillLibrary
-
-STYLES = ("compact", "full")
 
 
 def _signature(skill: Skill) -> str:

@@ -15,11 +15,12 @@ or the entropy of the decision token itself (where the model chooses `<action>` 
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
 
 from selskill.agent.parser import parse_turn
 from selskill.agent.turn_format import render_skill_call
-from selskill.config import PolicyConfig, RunConfig, check_at_least, check_choice
+from selskill.config.rollout import RolloutConfig
+from selskill.config.run import PolicyConfig, RunConfig
+from selskill.config.stages import BranchConfig
 from selskill.data.layout import StageDir
 from selskill.stages.common import (
     StageInputs,
@@ -29,32 +30,9 @@ from selskill.stages.common import (
     shard_items,
     stable_seed,
 )
-from selskill.stages.context import RolloutConfig, load_policy, sampling_policy_path
+from selskill.stages.context import load_policy, sampling_policy_path
 
-STRATEGIES = ("entropy", "random", "all_skill")
-SCORES = ("mean_first_m", "decision")
 CODE_VERSION = 1  # bump when a change alters the rows this stage writes (completed ranks are then refused)
-
-
-@dataclass
-class BranchConfig:
-    branch_strategy: str = field(default="entropy", metadata={"help": "entropy | random | all_skill"})
-    branch_top_post_skill: int = field(
-        default=3, metadata={"help": "points per rollout from turns that invoked a skill"}
-    )
-    branch_top_ordinary: int = field(
-        default=3, metadata={"help": "points per rollout from ordinary action turns"}
-    )
-    branch_score: str = field(default="mean_first_m", metadata={"help": "mean_first_m | decision"})
-    branch_score_m: int = field(default=10, metadata={"help": "m of mean_first_m (the paper: 10)"})
-
-    def __post_init__(self):
-        check_choice(self, "branch_strategy", STRATEGIES)
-        check_choice(self, "branch_score", SCORES)
-        check_at_least(
-            self, 0, "branch_top_post_skill", "branch_top_ordinary", why="points per rollout; 0 = none"
-        )
-        check_at_least(self, 1, "branch_score_m", why="the paper uses 10")
 
 
 def decision_token_index(tokenizer, ids: list[int], char_offset: int) -> int:

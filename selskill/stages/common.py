@@ -29,7 +29,7 @@ from pathlib import Path
 
 import yaml
 
-from selskill.config import changed_settings
+from selskill.config.checks import changed_settings
 from selskill.data.layout import StageDir, is_local_path
 from selskill.data.shards import (
     ShardError,
@@ -57,6 +57,21 @@ NOT_INPUTS = frozenset(
         "concurrent_episodes",
         "policy_batch_size",
         "env_overlap",
+        # which executor ran a rank, and with what resources (selskill/executors/)
+        "executor",
+        "local_workers",
+        "slurm_partition",
+        "slurm_time",
+        "slurm_cpus_per_task",
+        "slurm_gpus_per_task",
+        "slurm_train_gpus",
+        "slurm_mem",
+        "slurm_array_parallelism",
+        "slurm_sbatch_args",
+        "ray_address",
+        "ray_cpus_per_task",
+        "ray_gpus_per_task",
+        "ray_train_gpus",
     }
 )
 

@@ -1,13 +1,13 @@
-"""Recipe sections shared by the stages that play episodes, and how they become objects.
+"""How the recipe's rollout and games sections become objects for the stages that play episodes.
 
 Sampling, forking and evaluation must play with the same prompt, skill listing and
 budgets (a fork continues an episode under the exact conditions it was sampled under), so
-those knobs live in one `RolloutConfig` and one `make_runner`.
+those knobs live in one `RolloutConfig` (`selskill.config.rollout`) and one `make_runner`.
 
 The recipe's `env` picks the benchmark. Everything a stage needs of it comes from here:
 `game_index(run, split)` (ALFWorld's `GameIndex`, or a `BfclTaskIndex` of the same shape:
 `games` records with `task_id` and `task_type`, `by_id`, `skipped`, `patched`),
-`skill_library(env)`, `RolloutConfig.turn_format(env)` and `make_runner`, which reads the
+`skill_library(env)`, `turn_format(rollout, env)` and `make_runner`, which reads the
 env off the index. Task ids are `<split>/<id>` in both.
 """
 
@@ -17,160 +17,47 @@ import functools
 from collections import Counter
 from dataclasses import dataclass, field
 
-from selskill.agent.action_choice import check_action_choice
 from selskill.agent.eval_modes import prompt_setup
 from selskill.agent.runner import EpisodeRunner, RunnerConfig
 from selskill.agent.turn_format import TurnFormat
-from selskill.config import PolicyConfig, RunConfig, check_at_least, check_choice
+from selskill.config.rollout import GamesConfig, RolloutConfig
+from selskill.config.run import PolicyConfig, RunConfig
 from selskill.data.layout import check_model_source, resolve_round_policy
 from selskill.envs.alfworld import AlfworldEnv, GameIndex, find_games
 from selskill.skills import SkillLibrary, load_alfworld_skills, load_bfcl_skills
 
 
-@dataclass
-class GamesConfig:
-    """Generated games (the offline default); ignored when use_alfworld_data is set."""
+def turn_format(rollout: RolloutConfig, env: str = "alfworld") -> TurnFormat:
+    """The turn format the rollout section asks for on benchmark `env`."""
+    if env == "bfcl":
+        from selskill.agent.bfcl import BfclTurnFormat
 
-    games_size: str = field(
-        default="small", metadata={"help": "generated scene size: tiny, small or real (the scale ladder)"}
-    )
-    games_train_per_type: int = field(default=4, metadata={"help": "generated train games per task type"})
-    games_eval_per_type: int = field(
-        default=4, metadata={"help": "generated valid_seen/valid_unseen games per type"}
-    )
-    games_unseen_per_type: int = field(
-        default=-1, metadata={"help": "generated valid_unseen games per type (-1 = games_eval_per_type)"}
-    )
-    games_seed: int = field(
-        default=0, metadata={"help": "generation seed (the same seed writes identical games)"}
-    )
-
-    def __post_init__(self):
-        from selskill.envs.alfworld_gen import SIZES
-
-        check_choice(self, "games_size", SIZES)
-        check_at_least(self, 0, "games_train_per_type", "games_eval_per_type")
-        check_at_least(self, -1, "games_unseen_per_type", why="-1 = games_eval_per_type")
-
-    def per_type(self, split: str) -> int:
-        if split == "train":
-            return self.games_train_per_type
-        if split == "valid_unseen" and self.games_unseen_per_type >= 0:
-            return self.games_unseen_per_type
-        return self.games_eval_per_type
-
-
-@dataclass
-class RolloutConfig:
-    """How an episode is played and written (shared by sample, fork and eval)."""
-
-    turn_style: str = field(
-        default="compact", metadata={"help": "thinking (Qwen3) or compact (small policy)"}
-    )
-    turn_admissible: str = field(default="local", metadata={"help": "admissible commands shown: all | local"})
-    turn_show_admissible: bool = field(
-        default=True, metadata={"help": "append admissible commands to observations"}
-    )
-    turn_task_reminder: bool = field(
-        default=False, metadata={"help": "repeat the task after every observation (small policies)"}
-    )
-    listing_style: str = field(default="compact", metadata={"help": "skill listing style: compact | full"})
-    max_env_steps: int = field(default=50, metadata={"help": "environment-step budget of an episode"})
-    max_turns: int = field(default=80, metadata={"help": "turn budget (memory skill calls take no env step)"})
-    max_context_tokens: int = field(
-        default=8192, metadata={"help": "episode ends with context_limit beyond this"}
-    )
-    max_new_tokens: int = field(default=96, metadata={"help": "tokens per assistant turn"})
-    concurrent_episodes: int = field(
-        default=32, metadata={"help": "episodes played at once (one batch per turn)"}
-    )
-    policy_batch_size: int = field(default=32, metadata={"help": "rows per forward pass of the hf backend"})
-    env_overlap: bool = field(
-        default=True,
-        metadata={
-            "help": "play episodes in a child process, half a batch at a time, so environments step while "
-            "the policy generates (false: everything in this process)"
-        },
-    )
-    action_choice: str = field(
-        default="free",
-        metadata={
-            "help": "free: the policy writes any command | admissible: once a turn opens <action>, only "
-            "admissible commands can follow (hf backend; skill calls stay free)"
-        },
-    )
-    enable_thinking: bool = field(
-        default=False, metadata={"help": "chat_template_kwargs enable_thinking (Qwen3)"}
-    )
-    turn_doc_style: str = field(
-        default="compact",
-        metadata={
-            "help": "benchmark bfcl: function docs in the system prompt: compact | brief (no parameter notes) | json "
-            "(BFCL's own rendering, 31-48k characters for two classes)"
-        },
-    )
-    turn_examples: bool = field(
-        default=True,
-        metadata={"help": "benchmark bfcl: few-shot examples in the system prompt (the paper's App. G)"},
-    )
-
-    def __post_init__(self):
-        check_action_choice(self.action_choice)
-        from selskill.agent.turn_format import ADMISSIBLE_STYLES, STYLES
-        from selskill.skills.listing import STYLES as LISTING_STYLES
-
-        check_choice(self, "turn_style", STYLES)
-        check_choice(self, "turn_admissible", ADMISSIBLE_STYLES)
-        check_choice(self, "listing_style", LISTING_STYLES)
-        from selskill.envs.bfcl import DOC_STYLES
-
-        check_choice(self, "turn_doc_style", DOC_STYLES)
-        check_at_least(
-            self,
-            1,
-            "max_env_steps",
-            "max_turns",
-            "max_context_tokens",
-            "max_new_tokens",
-            "concurrent_episodes",
-            "policy_batch_size",
+        return BfclTurnFormat(
+            show_admissible_commands=rollout.turn_show_admissible,
+            doc_style=rollout.turn_doc_style,
+            examples=rollout.turn_examples,
         )
+    return TurnFormat(
+        style=rollout.turn_style,
+        show_admissible_commands=rollout.turn_show_admissible,
+        admissible_style=rollout.turn_admissible,
+        task_reminder=rollout.turn_task_reminder,
+    )
 
-    def turn_format(self, env: str = "alfworld") -> TurnFormat:
-        if env == "bfcl":
-            from selskill.agent.bfcl import BfclTurnFormat
 
-            return BfclTurnFormat(
-                show_admissible_commands=self.turn_show_admissible,
-                doc_style=self.turn_doc_style,
-                examples=self.turn_examples,
-            )
-        return TurnFormat(
-            style=self.turn_style,
-            show_admissible_commands=self.turn_show_admissible,
-            admissible_style=self.turn_admissible,
-            task_reminder=self.turn_task_reminder,
-        )
-
-    def chat_template_kwargs(self, env: str = "alfworld") -> dict | None:
-        """Qwen3's `enable_thinking` for thinking turns, and always on BFCL (non-thinking: false)."""
-        if self.turn_style == "thinking" or env == "bfcl":
-            return {"enable_thinking": self.enable_thinking}
-        return None
-
-    def runner_config(self, temperature: float, top_p: float = 1.0) -> RunnerConfig:
-        return RunnerConfig(
-            max_env_steps=self.max_env_steps,
-            max_turns=self.max_turns,
-            max_context_tokens=self.max_context_tokens,
-            max_new_tokens=self.max_new_tokens,
-            temperature=temperature,
-            top_p=top_p,
-            concurrent_episodes=self.concurrent_episodes,
-            listing_style=self.listing_style,
-            env_overlap=self.env_overlap,
-            action_choice=self.action_choice,
-        )
+def runner_config(rollout: RolloutConfig, temperature: float, top_p: float = 1.0) -> RunnerConfig:
+    return RunnerConfig(
+        max_env_steps=rollout.max_env_steps,
+        max_turns=rollout.max_turns,
+        max_context_tokens=rollout.max_context_tokens,
+        max_new_tokens=rollout.max_new_tokens,
+        temperature=temperature,
+        top_p=top_p,
+        concurrent_episodes=rollout.concurrent_episodes,
+        listing_style=rollout.listing_style,
+        env_overlap=rollout.env_overlap,
+        action_choice=rollout.action_choice,
+    )
 
 
 def sampling_policy_path(run: RunConfig, pol: PolicyConfig) -> str:
@@ -298,7 +185,7 @@ def make_runner(
     The env is the index's: a `BfclTaskIndex` plays BFCL (its own host, turn format and skills).
     """
     env = "bfcl" if isinstance(index, BfclTaskIndex) else "alfworld"
-    setup = prompt_setup(mode, skill_library(env), rollout.turn_format(env), rollout.listing_style)
+    setup = prompt_setup(mode, skill_library(env), turn_format(rollout, env), rollout.listing_style)
     if env == "bfcl":
         from selskill.agent.bfcl import BfclEpisodeRunner
 
@@ -310,7 +197,7 @@ def make_runner(
         factory,
         setup.library,
         setup.fmt,
-        rollout.runner_config(temperature, top_p),
+        runner_config(rollout, temperature, top_p),
         chat_template_kwargs=rollout.chat_template_kwargs(env),
         skill_text=setup.skill_text,
     )

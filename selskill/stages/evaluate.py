@@ -8,15 +8,14 @@ per task type, for each split.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from selskill.agent.eval_modes import MODES
 from selskill.agent.runner import EpisodeSpec
-from selskill.config import BFCL_SPLITS, PolicyConfig, RunConfig, bad_value, check_at_least
+from selskill.config.rollout import RolloutConfig
+from selskill.config.run import PolicyConfig, RunConfig
+from selskill.config.stages import EvalConfig
 from selskill.data.layout import StageDir
 from selskill.data.shards import write_json_atomic
-from selskill.envs.alfworld import KNOWN_SPLITS
 from selskill.metrics import compute_metrics, metrics_by_task_type, step_measure
 from selskill.stages.common import (
     StageInputs,
@@ -29,47 +28,9 @@ from selskill.stages.common import (
     shard_items,
     stable_seed,
 )
-from selskill.stages.context import RolloutConfig, game_index, load_policy, make_runner
+from selskill.stages.context import game_index, load_policy, make_runner
 
 CODE_VERSION = 1  # bump when a change alters the rows this stage writes (completed ranks are then refused)
-
-
-@dataclass
-class EvalConfig:
-    eval_splits: str = field(
-        default="valid_seen,valid_unseen", metadata={"help": "comma-separated held-out splits"}
-    )
-    eval_max_tasks: int = field(default=0, metadata={"help": "first N tasks of each split (0 = all)"})
-    eval_temperature: float = field(default=0.0, metadata={"help": "0 = greedy (the paper)"})
-    eval_bootstrap: int = field(
-        default=1000, metadata={"help": "bootstrap resamples for the 95 percent intervals"}
-    )
-    eval_mode: str = field(
-        default="skills",
-        metadata={
-            "help": "skills (the method's setting) | no_skills | skills_as_context | conservative | "
-            "explicit_skip: the paper's Appendix D baselines; a round writes mode M to eval-M/"
-        },
-    )
-
-    def __post_init__(self):
-        if self.eval_mode not in MODES:
-            raise ValueError(f"eval_mode {self.eval_mode!r} is not one of: {', '.join(MODES)}")
-        known = KNOWN_SPLITS + BFCL_SPLITS  # which of them the env has: config.check_sections
-        if not self.splits or any(s not in known for s in self.splits):
-            raise bad_value("eval_splits", self.eval_splits, f"a comma-separated list of {', '.join(known)}")
-        check_at_least(self, 0, "eval_max_tasks", why="0 = every task of each split")
-        check_at_least(self, 0, "eval_temperature", why="0 = greedy, the paper's setting")
-        check_at_least(self, 1, "eval_bootstrap", why="resamples of the 95 percent intervals")
-
-    @property
-    def stage(self) -> str:
-        """The round's stage directory for this mode: `eval`, or `eval-<mode>` for a baseline."""
-        return "eval" if self.eval_mode == "skills" else f"eval-{self.eval_mode}"
-
-    @property
-    def splits(self) -> list[str]:
-        return [s.strip() for s in self.eval_splits.split(",") if s.strip()]
 
 
 def eval_policy_path(run: RunConfig) -> str:
@@ -189,3 +150,27 @@ def run_eval(
 
 def load_metrics(path: str | Path) -> dict:
     return json.loads(Path(path).read_text())
+
+
+def format_overall(overall: dict) -> str:
+    """One split's headline metrics with their intervals, as every command prints them."""
+    from selskill.metrics import LABELS, METRICS, format_value
+
+    ci = overall.get("ci", {})
+    return "  ".join(f"{LABELS[k]}={format_value(k, overall.get(k), ci.get(k))}" for k in METRICS)
+
+
+def evaluate_model(recipe, model: str, games: str | None = None, out: str | None = None) -> dict:
+    """`selskill eval`: any model on any games, outside a round (no run directory, no completion markers);
+    `out` also keeps the rows and the metrics."""
+    from selskill.data.shards import write_shard
+
+    policy = load_policy(recipe.policy, model, recipe.rollout, recipe.seed)
+    rows = evaluate_rows(policy, recipe.run, recipe.rollout, recipe.eval, recipe.seed, games_root=games)
+    summary = summarize(rows, recipe.eval, recipe.seed, recipe.run.benchmark)
+    for split, m in summary.items():
+        print(f"{split} (n={m['overall']['episodes']}): {format_overall(m['overall'])}")
+    if out:
+        write_shard(rows, f"{out}/shards/00000.parquet", "rollout")
+        write_json_atomic({"model": model, "splits": summary}, f"{out}/metrics.json")
+    return summary

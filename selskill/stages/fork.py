@@ -11,11 +11,12 @@ branch point and shared by its K continuations.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 
 from selskill.agent.runner import EpisodeSpec, ForkStart
 from selskill.agent.turn_format import forced_prefix, render_skill_call
-from selskill.config import PolicyConfig, RunConfig, check_at_least, check_unit
+from selskill.config.rollout import RolloutConfig
+from selskill.config.run import PolicyConfig, RunConfig
+from selskill.config.stages import ForkConfig
 from selskill.data.layout import StageDir
 from selskill.stages.common import (
     StageInputs,
@@ -27,31 +28,9 @@ from selskill.stages.common import (
     shard_items,
     stable_seed,
 )
-from selskill.stages.context import RolloutConfig, game_index, load_policy, make_runner, sampling_policy_path
+from selskill.stages.context import game_index, load_policy, make_runner, sampling_policy_path
 
 CODE_VERSION = 1  # bump when a change alters the rows this stage writes (completed ranks are then refused)
-
-
-@dataclass
-class ForkConfig:
-    fork_k_invoke: int = field(
-        default=2, metadata={"help": "continuations per branch point that invoke the skill"}
-    )
-    fork_k_skip: int = field(default=2, metadata={"help": "continuations per branch point that skip it"})
-    fork_temperature: float = field(default=1.0, metadata={"help": "sampling temperature after the fork"})
-    fork_top_p: float = field(default=1.0, metadata={"help": "nucleus sampling after the fork"})
-
-    def __post_init__(self):
-        check_at_least(
-            self,
-            1,
-            "fork_k_invoke",
-            "fork_k_skip",
-            why="a local pair compares the best invoke with the best skip continuation of a branch point; "
-            "for episode pairs only, set label_kinds: episode",
-        )
-        check_at_least(self, 0, "fork_temperature", why="0 = greedy")
-        check_unit(self, "fork_top_p")
 
 
 def fork_start(source: dict, branch: dict, arm: str) -> ForkStart:

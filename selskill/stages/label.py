@@ -12,7 +12,8 @@ that rule, shared with the Avg. Steps metric). BFCL counts function-call steps
 (`n_turns`). Counted in environment
 commands instead, a memory call costs nothing and an executable call costs exactly the
 actions it runs, so invoking could never win on efficiency and a redundant call could never
-lose: every earlier round measured here had no invoke-preferred local pair. Counted in
+lose (docs/benchmarks.md, "Rounds at the tiny scale, and why no local pair ever preferred
+invoking"). Counted in
 decisions, a useful executable skill saves steps (one call for several actions) and a
 redundant or premature call wastes one, as in the paper's Table 8. A side that contains a malformed turn is never chosen, and episodes the
 engine broke (`error`) are never used. Every pair carries, per completion token, its role
@@ -24,9 +25,9 @@ from __future__ import annotations
 
 import random
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
 
-from selskill.config import RunConfig, bad_value, check_at_least, check_choice
+from selskill.config.run import RunConfig
+from selskill.config.stages import LabelConfig
 from selskill.data.layout import StageDir
 from selskill.data.schema import ROLE_ASSISTANT
 from selskill.metrics import StepMeasure, step_measure
@@ -39,29 +40,7 @@ from selskill.stages.common import (
     stable_seed,
 )
 
-KINDS = ("both", "episode", "local")
 CODE_VERSION = 1  # bump when a change alters the rows this stage writes (completed ranks are then refused)
-
-
-@dataclass
-class LabelConfig:
-    label_episode_max_rejected: int = field(
-        default=3, metadata={"help": "failures paired with a task's best success"}
-    )
-    label_episode_fraction: float = field(
-        default=-1.0,
-        metadata={"help": "target share of episode pairs after downsampling the other kind (-1 = keep all)"},
-    )
-    label_kinds: str = field(default="both", metadata={"help": "pair kinds to write: both | episode | local"})
-
-    def __post_init__(self):
-        check_choice(self, "label_kinds", KINDS)
-        check_at_least(
-            self, 1, "label_episode_max_rejected", why="failures paired with a task's best success"
-        )
-        f = self.label_episode_fraction
-        if not (f == -1 or 0 <= f <= 1):
-            raise bad_value("label_episode_fraction", f, "in [0, 1], or -1", "-1 keeps every pair")
 
 
 def completion(token_ids, role, turn, start: int, base_turn: int, window_n: int) -> dict:

@@ -99,7 +99,7 @@ def _metrics(runs_dir: str, exp: str, r: int, split: str) -> dict | None:
 
 
 def _yield(runs_dir: str, exp: str, r: int) -> dict:
-    from selskill.report import sum_yields
+    from selskill.metrics import sum_yields
 
     stats = [
         json.loads(p.read_text())
@@ -248,7 +248,7 @@ def run_replication(argv: list[str], ablations: bool = True) -> dict:
     recipe = load_recipe(argv)
     runs_dir, main = recipe.run.runs_dir, recipe.run.exp
     for r in (1, 2):
-        run_round(load_recipe(argv + ["--round", str(r)]), argv + ["--round", str(r)])
+        run_round(load_recipe(argv + ["--round", str(r)]))
     if ablations:
         base = argv + ["--round", "1", "--eval_splits", "valid_seen"]
         table, tok = round_1_pairs(base)
@@ -261,12 +261,12 @@ def run_replication(argv: list[str], ablations: bool = True) -> dict:
                 continue
             link_shared(runs_dir, main, f"{main}-{name}", SHARED_FOR_PAIRS)
             args = base + _args(overrides | {"exp": f"{main}-{name}", "train_max_pairs": str(matched)})
-            run_round(load_recipe(args), args)
+            run_round(load_recipe(args))
         for name, overrides in BRANCH_VARIANTS.items():
             link_shared(runs_dir, main, f"{main}-{name}", SHARED_FOR_BRANCHING)
             args = base + _args(overrides | {"exp": f"{main}-{name}"})
             try:
-                run_round(load_recipe(args), args)
+                run_round(load_recipe(args))
             except NoTrainablePairs as exc:  # its pair yield is the result; the table shows no SR
                 print(f"skipping the training of {name}: {exc}")
     summary = summary_rows(runs_dir, main)

@@ -6,10 +6,10 @@ branch stage scores and the fork stage continues from.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from selskill.agent.runner import EpisodeSpec
-from selskill.config import PolicyConfig, RunConfig, check_at_least, check_unit
+from selskill.config.rollout import RolloutConfig
+from selskill.config.run import PolicyConfig, RunConfig
+from selskill.config.stages import SampleConfig
 from selskill.data.layout import StageDir
 from selskill.stages.common import (
     StageInputs,
@@ -21,24 +21,9 @@ from selskill.stages.common import (
     shard_items,
     stable_seed,
 )
-from selskill.stages.context import RolloutConfig, game_index, load_policy, make_runner, sampling_policy_path
+from selskill.stages.context import game_index, load_policy, make_runner, sampling_policy_path
 
 CODE_VERSION = 1  # bump when a change alters the rows this stage writes (completed ranks are then refused)
-
-
-@dataclass
-class SampleConfig:
-    sample_k: int = field(default=10, metadata={"help": "rollouts per task (the paper: 10)"})
-    sample_split: str = field(default="train", metadata={"help": "task split to sample on"})
-    sample_max_tasks: int = field(default=0, metadata={"help": "use only the first N tasks (0 = all)"})
-    sample_temperature: float = field(default=1.0, metadata={"help": "sampling temperature"})
-    sample_top_p: float = field(default=1.0, metadata={"help": "nucleus sampling"})
-
-    def __post_init__(self):
-        check_at_least(self, 1, "sample_k", why="rollouts per task; the paper uses 10")
-        check_at_least(self, 0, "sample_max_tasks", why="0 = every task of the split")
-        check_at_least(self, 0, "sample_temperature", why="0 = greedy")
-        check_unit(self, "sample_top_p")
 
 
 def task_list(

@@ -119,7 +119,8 @@ def build_train_dataset(shards: Sequence[Path], cfg, tokenizer, out_dir: Path, i
     """Pair shards -> token rows saved under out_dir (built once by the main process, reused on resume).
 
     The dataset lives on disk so that every process sees the same files, which is what TRL's
-    `precompute_ref_log_probs` cache needs with several processes (NOTES.md).
+    `precompute_ref_log_probs` cache needs with several processes
+    (docs/design.md, "The train dataset is a directory").
     """
     from datasets import load_from_disk
 
@@ -187,7 +188,8 @@ def setup_wandb(run, cfg, stage_path: Path, is_main: bool) -> None:
         id=run_id,
         resume="allow",
         dir=str(stage_path),
-        config={"round": run.round, "exp": run.exp, **_jsonable(cfg.to_dict())},
+        # the seed is the run section's key (TRL's field is not a recipe key, so to_dict() lacks it)
+        config={"round": run.round, "exp": run.exp, **_jsonable(cfg.to_dict()), "seed": cfg.seed},
     )
 
 
@@ -496,13 +498,16 @@ def dry_run(run, policy, cfg, out=print) -> dict:
 
 
 def parse(argv: Sequence[str] | None = None):
-    """(RunConfig, PolicyConfig, TrainConfig) of a recipe plus command-line overrides."""
-    from selskill.config import PolicyConfig, RunConfig, parse_recipe
-    from selskill.train.config import TrainConfig
+    """(RunConfig, PolicyConfig, TrainConfig) of a recipe plus command-line overrides.
+
+    Only the sections training reads are built: the other sections' keys are accepted
+    unchecked, so training loads none of the stage, environment or init code.
+    """
+    from selskill.config import PolicyConfig, RunConfig, parse_sections
+    from selskill.config.train import TrainConfig
 
     init_cpu_deepspeed()  # before the configs: TrainingArguments sets up the distributed state
-    configs = parse_recipe(argv)
-    return tuple(next(c for c in configs if isinstance(c, t)) for t in (RunConfig, PolicyConfig, TrainConfig))
+    return parse_sections(argv, (RunConfig, PolicyConfig, TrainConfig))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -518,13 +523,27 @@ def main(argv: Sequence[str] | None = None) -> int:
 def launch(argv: Sequence[str]) -> int:
     """`selskill train`: relaunch under the recipe's accelerate config, or train here when none is set."""
     argv = list(argv)
-    run, policy, cfg = parse(argv)
+    return launch_parsed(*parse(argv), argv)
+
+
+def launch_parsed(run, policy, cfg, argv: Sequence[str] | None) -> int:
+    """`launch` on configs already parsed (a round's train stage).
+
+    `argv` is the command line they were parsed from: the processes `accelerate launch`
+    starts must build their configs themselves, after the distributed state exists.
+    """
     if cfg.dry_run or not cfg.train_accelerate_config or _under_launcher():
         if cfg.dry_run:
             dry_run(run, policy, cfg)
             return 0
         run_train(run, policy, cfg)
         return 0
+    if argv is None:
+        raise ValueError(
+            "train_accelerate_config relaunches the train stage from the recipe's command line, and this recipe "
+            "was built in code: build it with load_recipe([...])"
+        )
+    argv = list(argv)
     read_accelerate_config(cfg.train_accelerate_config)
     cmd = [
         sys.executable,

@@ -116,7 +116,7 @@ class SelSkillDPOTrainer(DPOTrainer):
             ref = getattr(self.ref_model, "module", self.ref_model)  # DeepSpeed engine / DDP wrapper
             self._hooks.append(ref.register_forward_hook(self._capture_hook("ref")))
 
-    # --- the three overrides NOTES.md names -------------------------------------------------------------
+    # --- the three overrides the mask needs (docs/design.md, "DPO with a per-token loss mask") ---------
 
     def _prepare_dataset(self, dataset, processing_class, args, dataset_name):
         """Rows are already tokenized and fitted (selskill.train.pairs): check, then pass through."""

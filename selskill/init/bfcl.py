@@ -1,8 +1,8 @@
 """The offline BFCL init policy: train-split ground truth -> demonstrations -> tokenizer -> tiny Qwen3 -> SFT.
 
 What `make round RECIPE=recipes/bfcl_tiny.yaml` builds at `runs/<exp>/round_0/train/model` when
-the recipe has no model. It is the ALFWorld init (`selskill.policy.init_sft`) with BFCL's
-demonstration source (`selskill.policy.bfcl_demos`): the same tokenizer, model and TRL SFT
+the recipe has no model. It is the ALFWorld init (`selskill.init.alfworld`) with BFCL's
+demonstration source (`selskill.init.bfcl_demos`): the same tokenizer, model and TRL SFT
 (`train_tokenizer`, `build_model`, `sft_train`), the same `init_manifest.json` + `COMPLETED`
 contract (a second call with the same settings returns at once; other settings are refused
 unless `redo`), and the same two phases. One difference: phase 1 keeps the system prompt,
@@ -13,27 +13,30 @@ so no test scenario's variant is ever demonstrated). No DAgger.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
 from selskill.agent.bfcl import BfclTurnFormat
-from selskill.policy.bfcl_demos import (
+from selskill.config.init import InitConfig
+from selskill.init.alfworld import init_arch
+from selskill.init.bfcl_demos import (
     DEMO_FORMAT,
     DEMO_LISTING_STYLE,
     BfclDemoMix,
     bfcl_tokenizer_corpus,
     build_bfcl_demos,
 )
-from selskill.policy.bootstrap import TinyArch, build_model, train_tokenizer
-from selskill.policy.init_sft import (
-    _settings,
+from selskill.init.sft import (
     demo_token_lengths,
     reuse_or_start,
     save_init_policy,
+    settings_record,
     sft_config,
     sft_train,
 )
+from selskill.policy.bootstrap import TinyArch, build_model, train_tokenizer
 
 MANIFEST_VERSION = 1
 
@@ -73,7 +76,7 @@ def build_bfcl_init_policy(
     stage_dir = out_dir.parent
     mix = mix or BfclDemoMix()
     arch = arch or TinyArch()
-    settings = _settings(
+    settings = settings_record(
         version=MANIFEST_VERSION,
         env="bfcl",
         categories=list(categories),
@@ -137,7 +140,16 @@ def build_bfcl_init_policy(
     )  # fmt: skip
 
 
-def build_bfcl_init_policy_from_config(config, out_dir: str | Path, *, run, seed: int, **kwargs) -> Path:
+def bfcl_demo_mix(config: InitConfig) -> BfclDemoMix:
+    """The `init_bfcl_*` rates as a `BfclDemoMix` (which checks them)."""
+    prefix = "init_bfcl_"
+    return BfclDemoMix(**{f.name[len(prefix) :]: getattr(config, f.name) for f in dataclasses.fields(config)
+                          if f.name.startswith(prefix) and f.name != "init_bfcl_tasks"})  # fmt: skip
+
+
+def build_bfcl_init_policy_from_config(
+    config: InitConfig, out_dir: str | Path, *, run, seed: int, **kwargs
+) -> Path:
     """`build_bfcl_init_policy` with the recipe's `InitConfig` (`init_*` keys) and `RunConfig` (`bfcl_*`);
     `task_ids` (which train tasks to demonstrate) is the caller's."""
     return build_bfcl_init_policy(
@@ -146,9 +158,9 @@ def build_bfcl_init_policy_from_config(config, out_dir: str | Path, *, run, seed
         scenarios=run.bfcl_split("train"),
         withheld_callable=run.bfcl_withheld_callable,
         seed=seed,
-        mix=config.bfcl_demo_mix(),
+        mix=bfcl_demo_mix(config),
         vocab_size=config.init_vocab_size,
-        arch=config.arch(),
+        arch=init_arch(config),
         pretrain_epochs=config.init_pretrain_epochs,
         epochs=config.init_epochs,
         lr=config.init_lr,

@@ -1,11 +1,11 @@
-"""selskill.inspect: pair HTML marks the branch point, highlights exactly the masked-in
+"""selskill.pair_html: pair HTML marks the branch point, highlights exactly the masked-in
 tokens, colours by role, escapes text; filters and the yield table."""
 
 from html.parser import HTMLParser
 
 import pytest
 
-from selskill import inspect as si
+from selskill import pair_html as si
 
 
 class _Spans(HTMLParser):

@@ -1,14 +1,15 @@
-"""Configuration of the train stage: TRL's `DPOConfig` plus the SelSkill knobs.
+"""The train section: TRL's `DPOConfig` plus the SelSkill knobs.
 
 Every `DPOConfig`/`TrainingArguments` key (beta, learning_rate, num_train_epochs, max_length,
-bf16, gradient_checkpointing, precompute_ref_log_probs, report_to, seed, ...) is a recipe key
-as TRL spells it. Our own keys carry the `train_` prefix so that they never clash with
-another stage's dataclass; `dry_run` is the one exception, because users type `--dry_run`.
+bf16, gradient_checkpointing, precompute_ref_log_probs, report_to, ...) is a recipe key as
+TRL spells it. Our own keys carry the `train_` prefix so that they never clash with another
+section's; `dry_run` is the one exception, because users type `--dry_run`. Two TRL keys
+belong to other sections (`OWNED_ELSEWHERE`): the recipe-wide `seed` is the run section's,
+`trust_remote_code` the policy section's; parsing copies their values in.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 
 from trl import DPOConfig
@@ -63,6 +64,8 @@ def parse_window_n(value: object) -> int | None:
 @dataclass
 class TrainConfig(DPOConfig):
     """DPO on SelSkill pairs. Defaults follow the paper (Table 13); see recipes/dpo_8b.yaml."""
+
+    _argument_group_name = "train (TRL's DPOConfig keys, and train_*)"  # its heading in `--help`
 
     train_pair_kinds: str = field(
         default="both",
@@ -214,16 +217,14 @@ class TrainConfig(DPOConfig):
         return ("episode", "local") if self.train_pair_kinds == "both" else (self.train_pair_kinds,)
 
 
-def _hide_duplicate_fields() -> None:
-    # `trust_remote_code` is also a PolicyConfig key; argparse refuses the same option twice, so the
-    # recipe key stays PolicyConfig's and the train stage copies its value (selskill.train.run).
-    # Drop this once PolicyConfig no longer declares it.
-    from selskill.config import PolicyConfig
+# TRL keys another section declares (argparse refuses one option twice): the recipe key is
+# that section's, and `selskill.config.parse_sections` copies its value into the train section.
+OWNED_ELSEWHERE = {"seed": "RunConfig", "trust_remote_code": "PolicyConfig"}
 
-    policy_fields = {f.name for f in dataclasses.fields(PolicyConfig)}
-    for name in ("trust_remote_code",):
-        if name in policy_fields:
-            TrainConfig.__dataclass_fields__.pop(name, None)
+
+def _hide_duplicate_fields() -> None:
+    for name in OWNED_ELSEWHERE:
+        TrainConfig.__dataclass_fields__.pop(name, None)
 
 
 _hide_duplicate_fields()

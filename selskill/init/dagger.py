@@ -2,9 +2,8 @@
 
 Trained on the expert's trajectories only, the small policy meets states the expert never
 visits: after its own first mistake it sees a context unlike any demonstration, and under
-greedy decoding it repeats that mistake until the step limit (measured on the tiny-sweep
-init: "take cup 1 from countertop 1" 20 times in a row after "Nothing happens.", or a cup
-seen in an opened cabinet and never taken). Imitation learning's standard fix is DAgger
+greedy decoding it repeats that mistake until the step limit (examples: docs/benchmarks.md,
+"What shaped the init's demonstrations and SFT"). Imitation learning's standard fix is DAgger
 (Ross, Gordon and Bagnell, 2011; ALFWorld's own BUTLER agent is trained with it): play the
 current policy, ask the expert what it would do in the states the policy reached, and
 train on the union of all data so far.
@@ -28,14 +27,14 @@ import json
 import random
 from collections import Counter
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from selskill.agent.transcript import MALFORMED_COMMAND, after_malformed, after_skill
 from selskill.agent.turn_format import TurnFormat
 from selskill.envs.alfworld import AlfworldEnv, GameRecord
 from selskill.envs.base import EnvError
-from selskill.policy.demos import (
+from selskill.init.demos import (
     Demo,
     DemoEpisode,
     DemoMix,
@@ -43,10 +42,33 @@ from selskill.policy.demos import (
     play_on,
     task_spec,
 )
+from selskill.init.sft import demo_token_lengths, init_device, sft_config, sft_train
 from selskill.skills import SkillExecutor, load_alfworld_skills, render_listing
 
-if TYPE_CHECKING:
-    from selskill.policy.init_sft import DaggerSettings
+DAGGER_DEMOS = "dagger_demos.jsonl"  # the relabelled demonstrations of a DAgger build (all iterations)
+
+
+@dataclass(frozen=True)
+class DaggerSettings:
+    """DAgger after the SFT (`run_dagger`); `iterations=0` turns it off."""
+
+    iterations: int = 0
+    epochs: float = 2.0
+    lr: float = 1e-3
+    points: int = 2
+    max_env_steps: int = 30
+    temperature: float = 0.0
+    base: str = ""  # an existing init model (same settings, DAgger off) to start from
+    fresh_games: bool = False  # iteration i plays new generated train games, not the SFT's
+
+    def __post_init__(self):
+        if self.iterations < 0 or self.points < 1 or self.epochs <= 0 or self.max_env_steps < 1:
+            raise ValueError(
+                f"DAgger settings out of range: {self} (init_dagger_iters >= 0, init_dagger_points >= 1, "
+                "init_dagger_epochs > 0, init_dagger_env_steps >= 1)"
+            )
+        if self.base and not self.iterations:
+            raise ValueError("init_dagger_from is set but init_dagger_iters is 0: set init_dagger_iters >= 1")
 
 
 def _replay(ep: DemoEpisode, turn: dict) -> None:
@@ -157,7 +179,6 @@ def policy_rollouts(
     """
     from selskill.agent.runner import EpisodeRunner, EpisodeSpec, RunnerConfig
     from selskill.policy.hf import HFPolicy
-    from selskill.policy.init_sft import init_device
 
     policy = HFPolicy(str(model_dir), device=init_device(), batch_size=concurrent_episodes)
     library = load_alfworld_skills()
@@ -273,7 +294,6 @@ def run_dagger(
     those of earlier iterations, when continuing a DAgger build). `sft` holds the init's
     `sft_config` arguments (its seed, batch size, max_length, ...); DAgger's own epochs and lr
     replace the init's. Returns (model, stats per iteration, all relabelled demonstrations)."""
-    from selskill.policy.init_sft import demo_token_lengths, sft_config, sft_train
 
     work = Path(work)
     aggregate: list[Demo] = list(prior)

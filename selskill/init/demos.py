@@ -4,21 +4,9 @@ The init policy must behave like the paper's "RL-Init w/ Skill" (Table 1): it so
 tasks, but invokes skills too often and at the wrong times, so that SelSkill has something
 to fix. Demonstrations are therefore built in two layers.
 
-**The expert** explores instead of knowing where things are. It reads only what the game
-tells the agent: the receptacles named in the first observation, what each observation
-says is on or in a receptacle, whether a receptacle is closed, and the admissible
-commands. It visits receptacles in a plausible, systematic order and opens closed ones
-until it sees the target, takes it, heats/cools/cleans it at the appliance if the task
-asks, finds a desk lamp for look-at tasks, and places the object (twice for pick_two).
-Search order: receptacle types where ALFWorld's train split usually keeps the object
-(placement prior share >= `COMMON_SHARE`) first, then types that can hold it, then the
-rest; within a tier by name, lowest number first (what `systematic_search` advises). The
-task's parent receptacle type is not searched (the task says the object must get there).
-A lamp is looked for where `examine_with_light` looks (sidetable, desk, dresser,
-coffeetable, shelf), remembering any lamp already seen. What the expert knows of the task
-(object type, target type, whether heat/cool/clean/light is needed) is what the task
-sentence says; it is read from the game's `traj_data.json`, from which that sentence is
-generated.
+**The expert** (`selskill.envs.expert`) explores instead of knowing where things are: it
+reads only what the game tells the agent and visits receptacles in a plausible, systematic
+order until it has found, treated and placed the task's objects.
 
 **The mix** inserts skill calls at decision points, each executed for real through
 `SkillExecutor` on the same env, so every returned text, error and state change is true,
@@ -40,17 +28,17 @@ and the expert continues from wherever the call left it. Rates (`DemoMix` defaul
 
 The wrong moves are there so that the policy sees what follows a mistake: a small policy
 trained only on flawless play meets "Nothing happens." for the first time at sampling time
-and loops (measured: it hallucinates "drawer 2" in a room with one drawer, then repeats
-it); after an injected mistake the demonstration simply carries on with the expert's next
-move (the noise-injection idea of DART). The wrong move itself is context only: its turn
-is left out of the SFT loss (`Demo.untrained_turns`), otherwise the policy would learn to
-make it (measured: trained on, they taught "go to desk 1" while standing at desk 1).
+and loops; after an injected mistake the demonstration simply carries on with the expert's
+next move (the noise-injection idea of DART). The wrong move itself is context only: its
+turn is left out of the SFT loss (`Demo.untrained_turns`), otherwise the policy would learn
+to make it. Both were observed: docs/benchmarks.md, "What shaped the init's demonstrations
+and SFT".
 
-With these rates a sampled demonstration averages about 2.5 skill calls with roughly 70%
-executed precisely (the paper's RL-Init: 2.55 calls/episode, 70.9% Exec. Prec.). Rates
-above 0.5 at a fixed, visible cue (the opening, the premature call, the useful call) are
-what a greedy policy reproduces; rates below it give sampled rollouts the variety the
-branch stage needs.
+The rates are set so that sampled demonstrations call skills about as often and as
+precisely as the paper's RL-Init (2.55 calls/episode, 70.9% Exec. Prec.; what they give:
+docs/benchmarks.md, "Init policy at the `small` scale"). Rates above 0.5 at a fixed,
+visible cue (the opening, the premature call, the useful call) are what a greedy policy
+reproduces; rates below it give sampled rollouts the variety the branch stage needs.
 
 Messages are built with `selskill.agent.transcript` and the turn-format renderers, so the
 policy is trained on exactly the format the episode runner gives it. Every kept
@@ -60,9 +48,7 @@ count); the others are dropped and counted. Everything is deterministic per (see
 
 from __future__ import annotations
 
-import json
 import random
-import re
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
@@ -71,19 +57,15 @@ from pathlib import Path
 from selskill.agent.parser import parse_turn
 from selskill.agent.transcript import after_action, after_skill, opening_messages
 from selskill.agent.turn_format import TurnFormat, render_action, render_skill_call
-from selskill.envs.alfworld import TRAJ_FILE, AlfworldEnv, GameIndex, GameRecord, find_games
-from selskill.envs.base import EnvError, EnvState
+from selskill.config.names import SEARCH_ORDERS
+from selskill.envs.alfworld import AlfworldEnv, GameIndex, GameRecord, find_games
+from selskill.envs.base import EnvError
+from selskill.envs.expert import DEFAULT_MAX_ENV_STEPS, Expert, TaskSpec, task_spec, type_of
 from selskill.skills import SkillCallRecord, SkillExecutor, SkillLibrary, load_alfworld_skills, render_listing
-from selskill.skills.executor import natural_key
 
 # The format the offline policy is trained and sampled with (the runner must use the same).
 DEMO_FORMAT = TurnFormat(style="compact", show_admissible_commands=True, admissible_style="local")
 DEMO_LISTING_STYLE = "compact"
-DEFAULT_MAX_ENV_STEPS = 50
-
-# A receptacle type holding at least this share of an object type's placements in the
-# prior is searched first.
-COMMON_SHARE = 0.15
 
 TASK_SKILL = {
     "pick_heat_then_place_in_recep": "heat_object",
@@ -91,23 +73,10 @@ TASK_SKILL = {
     "pick_clean_then_place_in_recep": "clean_object",
     "look_at_obj_in_light": "examine_with_light",
 }
-APPLIANCE = {
-    "pick_heat_then_place_in_recep": ("microwave", "heat"),
-    "pick_cool_then_place_in_recep": ("fridge", "cool"),
-    "pick_clean_then_place_in_recep": ("sinkbasin", "clean"),
-}
 PLACE_ONLY = ("pick_and_place_simple", "pick_two_obj_and_place")
 WRONG_EXECUTABLE = ("heat_object", "cool_object", "clean_object")
 RANDOM_MEMORY = ("systematic_search", "common_mistakes", "recovery_strategy", "pick_and_place")
 AFTER_FAILURE_MEMORY = ("recovery_strategy", "common_mistakes")
-LAMP_VISIT = ("sidetable", "desk", "dresser", "coffeetable", "shelf")  # examine_with_light's order
-LAMP = "desklamp"
-
-ROLES = ("opening", "premature", "repeat", "after_failure", "useful", "place_memory", "wrong_exec",
-         "second_memory", "random_memory")  # fmt: skip
-
-
-SEARCH_ORDERS = ("prior", "sweep")
 
 
 @dataclass(frozen=True)
@@ -184,313 +153,6 @@ class DemoReport:
 
     def stats(self) -> dict:
         return demo_stats(self.demos, attempted=self.attempted, dropped=self.dropped)
-
-
-# --- what the agent can read from the game's text -----------------------------------------
-
-_NAME_RE = re.compile(r"\b([a-z]+ \d+)\b")
-_ROOM_RE = re.compile(r"Looking quickly around you, you see (.*?)\.\s*$", re.M)
-_ARRIVE_RE = re.compile(r"^You arrive at ([a-z]+ \d+)\.")  # "drawer 8", or old grammar's "loc 12"
-_OPEN_RE = re.compile(r"^You open the ([a-z]+ \d+)\.")
-_EXAMINE_SEE_RE = re.compile(
-    r"^(?:On the [a-z]+ \d+, you see|The [a-z]+ \d+ is open\. In it, you see) (.*?)\.?\s*$", re.S
-)
-_SEE_RE = re.compile(r"you see (.*?)\.?\s*$", re.S)
-_CLOSED_RE = re.compile(r"The ([a-z]+ \d+) is closed\.")
-
-
-def _type_of(name: str) -> str:
-    return name.rsplit(" ", 1)[0]
-
-
-def _names(text: str) -> list[str]:
-    return _NAME_RE.findall(text)
-
-
-def _skill_chunks(text: str) -> list[tuple[str, str]]:
-    """(command, observation) pairs of a skill's returned text ("> cmd" lines then feedback)."""
-    chunks: list[tuple[str, str]] = []
-    for line in text.splitlines():
-        if line.startswith("> "):
-            chunks.append((line[2:].strip(), ""))
-        elif chunks:
-            cmd, obs = chunks[-1]
-            chunks[-1] = (cmd, (obs + "\n" + line).strip())
-    return chunks
-
-
-@dataclass(frozen=True)
-class TaskSpec:
-    """What the task sentence says: object, target receptacle type, the treatment needed."""
-
-    task_type: str
-    obj: str  # object type as the game writes it, e.g. "potato"
-    parent: str  # receptacle type, e.g. "countertop" ("" for look-at tasks)
-    n_objects: int
-    # a game not generated by us (no `selskill` block in its traj_data): there a target may
-    # start on a receptacle of the parent type (the lettuce to cool and put on a countertop
-    # lies on one, a ladle to clean is only on countertops), so those are searched too;
-    # generated scenes never do that, and their search skips the parent type
-    real_scene: bool = False
-
-    @classmethod
-    def from_traj(cls, traj: dict) -> TaskSpec:
-        params = traj.get("pddl_params") or {}
-        task_type = traj["task_type"]
-        return cls(
-            task_type=task_type,
-            obj=str(params.get("object_target", "")).lower(),
-            parent=str(params.get("parent_target", "")).lower(),
-            n_objects=2 if task_type == "pick_two_obj_and_place" else 1,
-            real_scene="selskill" not in traj,
-        )
-
-
-def _prior_by_object() -> dict[str, dict[str, int]]:
-    from selskill.envs.alfworld_gen import load_placement_prior
-
-    by_obj: dict[str, dict[str, int]] = {}
-    for rtype, counts in load_placement_prior().items():
-        for otype, n in counts.items():
-            by_obj.setdefault(otype.lower(), {})[rtype.lower()] = n
-    return by_obj
-
-
-def _can_hold() -> dict[str, set[str]]:
-    from alfworld.gen import constants
-
-    return {r.lower(): {o.lower() for o in objs} for r, objs in constants.VAL_RECEPTACLE_OBJECTS.items()}
-
-
-_PRIOR: dict | None = None
-_HOLD: dict | None = None
-
-
-def search_order(
-    receptacles: Sequence[str], obj: str, exclude_type: str = "", style: str = "prior"
-) -> list[str]:
-    """The order the expert visits receptacles in when looking for an object of type `obj`.
-
-    "prior": likely receptacle types first (alfworld's placement statistics), then by name;
-    "sweep": every receptacle by name, whatever the object, so that the next place to look
-    is a rule a small policy can read off the admissible commands (the one after where it
-    stands) instead of a table of object-receptacle statistics it must memorise.
-    """
-    global _PRIOR, _HOLD
-    if style == "sweep":
-        return sorted((r for r in receptacles if _type_of(r) != exclude_type), key=natural_key)
-    if _PRIOR is None:
-        _PRIOR, _HOLD = _prior_by_object(), _can_hold()
-    if obj == LAMP:
-        rank = {t: i for i, t in enumerate(LAMP_VISIT)}
-        return sorted(
-            (r for r in receptacles if _type_of(r) != exclude_type),
-            key=lambda r: (rank.get(_type_of(r), len(rank)), natural_key(r)),
-        )
-    counts = _PRIOR.get(obj, {})
-    total = sum(counts.values()) or 1
-
-    def tier(r: str) -> int:
-        t = _type_of(r)
-        if counts.get(t, 0) / total >= COMMON_SHARE:
-            return 0
-        if counts.get(t, 0) > 0 or obj in _HOLD.get(t, ()):
-            return 1
-        return 2
-
-    return sorted(
-        (r for r in receptacles if _type_of(r) != exclude_type), key=lambda r: (tier(r), natural_key(r))
-    )
-
-
-class Expert:
-    """Plays a task from what the observations say; `next_command()` is its next manual step."""
-
-    def __init__(self, spec: TaskSpec, first: EnvState, search: str = "prior"):
-        self.spec = spec
-        match = _ROOM_RE.search(first.observation)
-        self.receptacles: list[str] = _names(match.group(1)) if match else []
-        if not self.receptacles:
-            raise ValueError("the first observation names no receptacles")
-        self.loc: str | None = None
-        self.contents: dict[str, list[str]] = {}  # receptacle -> objects last seen there
-        self.closed: set[str] = set()
-        self.holding: str | None = None
-        self.treated: set[str] = set()  # objects heated/cooled/cleaned
-        self.placed: list[str] = []
-        self.parent: str | None = None  # the parent instance everything goes to
-        self.admissible: list[str] = list(first.admissible_commands)
-        self.won = False
-        self.order = search_order(
-            self.receptacles, spec.obj, exclude_type="" if spec.real_scene else spec.parent, style=search
-        )
-        self.lamp_order = search_order(self.receptacles, LAMP, style=search)
-
-    # --- reading feedback -------------------------------------------------------------
-    def _read(self, command: str, observation: str) -> None:
-        obs = observation.strip()
-        m = _ARRIVE_RE.match(obs)
-        if m:
-            # old grammar names the place ("loc 12"), not the receptacle: the command does
-            self.loc = m.group(1) if not m.group(1).startswith("loc ") else command.removeprefix("go to ")
-        opened = _OPEN_RE.match(obs)
-        if opened:
-            self.closed.discard(opened.group(1))
-        m = _CLOSED_RE.search(obs)
-        if m and self.loc == m.group(1):
-            self.closed.add(self.loc)
-        if self.loc and (m := _SEE_RE.search(obs)) and (obs.startswith(("You arrive", "You open"))):
-            # what an open shows belongs to the opened receptacle, which in real scenes may be
-            # another one at the same place (in generated scenes it is always `loc`)
-            self.contents[opened.group(1) if opened else self.loc] = _names(m.group(1))
-        if command.startswith("examine "):
-            self._read_examine(command.removeprefix("examine "), obs)
-        if obs.startswith("You pick up the "):
-            obj = obs[len("You pick up the ") :].split(" from ", 1)[0]
-            self.holding = obj
-            for items in self.contents.values():
-                if obj in items:
-                    items.remove(obj)
-        elif obs.startswith("You move the "):
-            obj, _, dest = obs[len("You move the ") :].rstrip(".").partition(" to the ")
-            self.holding = None
-            self.contents.setdefault(dest, []).append(obj)
-            if _type_of(obj) == self.spec.obj and _type_of(dest) == self.spec.parent:
-                self.placed.append(obj)
-        elif re.match(r"^You (heat|cool|clean) the ", obs):
-            self.treated.add(obs.split(" the ", 1)[1].split(" using ", 1)[0])
-
-    def _read_examine(self, receptacle: str, obs: str) -> None:
-        """What `examine R` says of a receptacle not looked into yet (one sharing the agent's place)."""
-        if receptacle not in self.receptacles or receptacle in self.contents:
-            return
-        if obs == f"The {receptacle} is closed.":
-            self.closed.add(receptacle)
-        elif m := _EXAMINE_SEE_RE.match(obs):
-            self.contents[receptacle] = _names(m.group(1))
-        else:
-            self.contents[receptacle] = []  # unreadable: do not examine it again
-
-    def observe(self, command: str, state: EnvState) -> None:
-        self._read(command, state.observation)
-        self.admissible = list(state.admissible_commands)
-        self.won = state.won
-
-    def observe_skill(self, record: SkillCallRecord, state: EnvState) -> None:
-        for command, observation in _skill_chunks(record.observation):
-            self._read(command, observation)
-        self.admissible = list(state.admissible_commands)
-        self.won = state.won
-
-    # --- deciding -----------------------------------------------------------------------
-    def _is_target(self, name: str) -> bool:
-        return _type_of(name) == self.spec.obj and name not in self.placed
-
-    @property
-    def needs_treatment(self) -> bool:
-        return (
-            self.spec.task_type in APPLIANCE and self.holding is not None and self.holding not in self.treated
-        )
-
-    @property
-    def holds_target(self) -> bool:
-        return self.holding is not None and _type_of(self.holding) == self.spec.obj
-
-    def known_targets(self) -> list[tuple[str, str]]:
-        """(object, receptacle) of targets seen and not yet used, the nearest (here) first."""
-        found = [
-            (o, r)
-            for r, items in self.contents.items()
-            for o in items
-            if self._is_target(o)
-            and r != self.parent
-            and (self.spec.real_scene or _type_of(r) != self.spec.parent)
-        ]
-        return sorted(found, key=lambda x: (x[1] != self.loc, natural_key(x[1]), natural_key(x[0])))
-
-    def here(self, receptacle: str) -> bool:
-        """The agent can act on `receptacle` without moving.
-
-        In real scenes several receptacles share one place (at drawer 7, `go to drawer 8` is
-        not admissible but `examine`/`open drawer 8` are); generated scenes give each its own
-        place, where this is just `loc == receptacle`.
-        """
-        return self.loc == receptacle or (
-            f"go to {receptacle}" not in self.admissible and f"examine {receptacle}" in self.admissible
-        )
-
-    def _shares_place(self, receptacle: str) -> bool:
-        return self.loc != receptacle and self.here(receptacle)
-
-    def sees_target_here(self) -> bool:
-        return any(r == self.loc for _, r in self.known_targets())
-
-    def phase(self) -> str:
-        """search | fetch | treat | light | place"""
-        if self.holds_target:
-            if self.spec.task_type == "look_at_obj_in_light":
-                return "light"
-            return "treat" if self.needs_treatment else "place"
-        return "fetch" if self.known_targets() else "search"
-
-    def _goto_or(self, receptacle: str, then: str) -> str:
-        if not self.here(receptacle):
-            return f"go to {receptacle}"
-        if receptacle in self.closed or (
-            self._shares_place(receptacle) and f"open {receptacle}" in self.admissible
-        ):
-            return f"open {receptacle}"
-        return then
-
-    def _explore(self, order: Sequence[str]) -> str | None:
-        for r in order:
-            if r in self.contents:
-                continue  # already looked inside
-            if self.loc == r:
-                return f"open {r}" if r in self.closed else None
-            if self._shares_place(r):
-                return f"open {r}" if f"open {r}" in self.admissible else f"examine {r}"
-            return f"go to {r}"
-        return None
-
-    def next_command(self) -> str | None:
-        """The next manual command, or None when the expert has nowhere left to look."""
-        phase = self.phase()
-        if phase == "light":
-            use = [c for c in self.admissible if c.startswith(f"use {LAMP} ")]
-            if use:
-                return use[0]
-            seen = [r for r in self.lamp_order if any(_type_of(o) == LAMP for o in self.contents.get(r, []))]
-            if seen:
-                return f"go to {seen[0]}"
-            return self._explore(self.lamp_order)
-        if phase == "treat":
-            appliance_type, verb = APPLIANCE[self.spec.task_type]
-            candidates = [r for r in self.receptacles if _type_of(r) == appliance_type]
-            if not candidates:
-                return None  # nothing in the room that the task's verb works with
-            here = sorted((c for c in candidates if self.here(c)), key=natural_key)
-            appliance = (
-                self.loc if self.loc in candidates else (here or [min(candidates, key=natural_key)])[0]
-            )
-            if not self.here(appliance):
-                return f"go to {appliance}"
-            return f"{verb} {self.holding} with {appliance}"
-        if phase == "place":
-            if self.parent is None:
-                parents = [r for r in self.receptacles if _type_of(r) == self.spec.parent]
-                if not parents:
-                    return None
-                # the one here, else the lowest-numbered one
-                here = sorted((r for r in parents if self.here(r)), key=natural_key)
-                self.parent = (
-                    self.loc if self.loc in parents else (here or [min(parents, key=natural_key)])[0]
-                )
-            return self._goto_or(self.parent, f"move {self.holding} to {self.parent}")
-        if phase == "fetch":
-            obj, where = self.known_targets()[0]
-            return self._goto_or(where, f"take {obj} from {where}")
-        return self._explore(self.order)
 
 
 # --- one demonstration ----------------------------------------------------------------------
@@ -582,8 +244,8 @@ class DemoEpisode:
 def _mistake(ex: Expert, rng: random.Random) -> str:
     """A wrong move of the kinds a small policy makes: a receptacle that does not exist (a
     listed type with the next number), one already searched, or the one it stands at."""
-    t = rng.choice(sorted({_type_of(r) for r in ex.receptacles}))
-    n = max(int(r.rsplit(" ", 1)[1]) for r in ex.receptacles if _type_of(r) == t) + 1
+    t = rng.choice(sorted({type_of(r) for r in ex.receptacles}))
+    n = max(int(r.rsplit(" ", 1)[1]) for r in ex.receptacles if type_of(r) == t) + 1
     options = [f"go to {t} {n}"]
     searched = sorted(r for r in ex.contents if r != ex.loc and r in ex.receptacles)
     if searched:
@@ -704,33 +366,6 @@ def play_on(ep: DemoEpisode, done: MixState, untrained: list[int]):
         ),
         None,
     )
-
-
-def task_spec(record: GameRecord) -> TaskSpec:
-    """What the task sentence of `record`'s game says (read from its `traj_data.json`)."""
-    return TaskSpec.from_traj(json.loads((Path(record.path).parent / TRAJ_FILE).read_text()))
-
-
-def play_expert(
-    env, record: GameRecord, max_env_steps: int = DEFAULT_MAX_ENV_STEPS, search: str = "prior"
-) -> tuple[list[str], EnvState, str | None]:
-    """The bare expert (no skill calls, no injected mistakes) plays one game from its start.
-
-    Returns (commands, final state, None if won else why not: "expert_stuck" or
-    "step_limit"). It plays exactly as `build_demos` with `DemoMix.none()` does; `verify-games`
-    uses it to show that a game without a stored walkthrough (real ALFWorld data) is winnable.
-    """
-    state = env.reset(record.task_id)
-    expert = Expert(task_spec(record), state, search=search)
-    commands: list[str] = []
-    while not (state.won or state.done) and len(commands) < max_env_steps:
-        command = expert.next_command()
-        if command is None:
-            return commands, state, "expert_stuck"
-        state = env.step(command)
-        commands.append(command)
-        expert.observe(command, state)
-    return commands, state, None if state.won else "step_limit"
 
 
 def build_demos(

@@ -1,6 +1,6 @@
 """Demonstrations for an offline BFCL init policy: BFCL's ground truth with skill calls mixed in.
 
-The ALFWorld init (selskill/policy/demos.py) has an exploring expert; on BFCL the expert is
+The ALFWorld init (selskill/init/demos.py) has an exploring expert; on BFCL the expert is
 the ground truth itself: each train task is played through `BfclEnv` call by call, one call
 per step, with `[]` ending each user turn, and kept only if BFCL's checker judges it won. As
 on ALFWorld, skill calls are mixed in so that the init policy behaves like the paper's
@@ -44,7 +44,7 @@ from selskill.agent.bfcl import (
 from selskill.agent.turn_format import render_skill_call
 from selskill.envs.bfcl import BfclEnv, BfclTask, function_docs
 from selskill.envs.calls import Call, parse_one_call
-from selskill.policy.demos import Demo, DemoReport
+from selskill.init.demos import Demo, DemoReport
 from selskill.skills import CallStep, Skill, SkillExecutor, SkillLibrary, load_bfcl_skills, render_listing
 from selskill.skills.executor import template_fields, value_has_type
 

@@ -1,0 +1,116 @@
+"""Read a run's rows from a notebook or a script, as `datasets.Dataset`s.
+
+    import selskill
+    pairs = selskill.load_pairs("runs/tiny", 1)
+    forks = selskill.load_forks("runs/tiny", 1)
+
+`run_dir` is always an experiment directory, `runs/<exp>`: the directory that holds
+`round_<r>/` (what `selskill report --exp` and the notebook take, and where `report.md` is
+written), not the recipe's `runs_dir`. A stage is read the way the next stage reads it
+(`selskill.stages.common.read_stage`): every rank complete, every shard checked against
+its marker and the schema, so a half-finished or corrupt stage fails naming the file
+instead of yielding part of its rows. Ranks that kept no rows write 0-row shards, which
+`datasets.load_dataset("parquet", ...)` rejects; here they simply add nothing. The rows
+are read into memory (Arrow), which suits the CPU-scale runs a notebook looks at.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+# stage directory -> (row kind in selskill.data.schema, the entry point that writes it)
+STAGE_KINDS = {
+    "sample": ("rollout", "pipelines/sample.py"),
+    "branch": ("branch", "pipelines/branch.py"),
+    "fork": ("fork", "pipelines/fork.py"),
+    "label": ("pair", "pipelines/label.py"),
+    "eval": ("rollout", "pipelines/evaluate.py"),
+}
+
+
+def _round_dirs(run_dir: Path) -> dict[int, Path]:
+    out = {}
+    for p in run_dir.glob("round_*"):
+        suffix = p.name.split("_", 1)[1]
+        if suffix.isdigit() and p.is_dir():
+            out[int(suffix)] = p
+    return dict(sorted(out.items()))
+
+
+def rounds(run_dir: str | Path, stage: str | None = None) -> list[int]:
+    """The rounds of `run_dir` (with `stage`: those where that stage has written a shard)."""
+    run_dir = Path(run_dir)
+    if stage is not None and stage not in STAGE_KINDS:
+        raise ValueError(f"unknown stage {stage!r}; the stages with rows are {', '.join(STAGE_KINDS)}")
+    found = _round_dirs(run_dir)
+    if stage is None:
+        return list(found)
+    return [r for r, p in found.items() if any((p / stage / "shards").glob("*.parquet"))]
+
+
+def _stage_dir(run_dir: str | Path, round: int, stage: str):
+    from selskill.data.layout import StageDir
+
+    run_dir = Path(run_dir)
+    kind, script = STAGE_KINDS[stage]
+    if not run_dir.is_dir():
+        raise FileNotFoundError(
+            f"no run directory {run_dir}: run_dir is an experiment directory, runs/<exp> (the one that holds "
+            "round_<r>/), written by `make round ROUND=1 EXP=<exp>`"
+        )
+    sd = StageDir.of(run_dir.parent, run_dir.name, round, stage)
+    if not sd.path.is_dir():
+        have = rounds(run_dir)
+        where = (
+            f"rounds here: {', '.join(map(str, have))}"
+            if have
+            else "no round_<r>/ here at all: run_dir is runs/<exp>, the directory that holds round_<r>/"
+        )
+        produce = (
+            f"run that stage (`python {script} --config RECIPE --round {round}`, once per rank) or the whole "
+            f"round (`make round ROUND={round}`)"
+            if stage != "eval"
+            else f"evaluate the round (`make eval ROUND={round}`, or `python {script} --config RECIPE --round {round}`)"
+        )
+        raise FileNotFoundError(f"no {stage} stage at {sd.path} ({where}): {produce}")
+    return sd, kind
+
+
+def load_stage(run_dir: str | Path, round: int, stage: str):
+    """Every row of one stage of round `round` as a `datasets.Dataset` (0 rows when no rank kept any)."""
+    if stage not in STAGE_KINDS:
+        raise ValueError(f"unknown stage {stage!r}; the stages with rows are {', '.join(STAGE_KINDS)}")
+    sd, kind = _stage_dir(run_dir, round, stage)
+    from datasets import Dataset
+
+    from selskill.stages.common import read_stage
+
+    return Dataset(read_stage(sd, kind))
+
+
+def load_rollouts(run_dir: str | Path, round: int, stage: str = "sample"):
+    """Episodes (rollout rows) of the sample stage, or with `stage="eval"` the held-out episodes."""
+    if stage not in ("sample", "eval"):
+        raise ValueError(f"rollouts come from the sample or eval stage, not {stage!r}")
+    return load_stage(run_dir, round, stage)
+
+
+def load_branches(run_dir: str | Path, round: int):
+    """The branch points the branch stage chose."""
+    return load_stage(run_dir, round, "branch")
+
+
+def load_forks(run_dir: str | Path, round: int):
+    """The invoke and skip continuations of every branch point."""
+    return load_stage(run_dir, round, "fork")
+
+
+def load_pairs(run_dir: str | Path, round: int):
+    """The preference pairs the label stage wrote (what the train stage trains on)."""
+    return load_stage(run_dir, round, "label")
+
+
+def load_eval(run_dir: str | Path, round: int):
+    """Round `round`'s held-out episodes (round 0: the init policy's)."""
+    return load_stage(run_dir, round, "eval")
+

@@ -1,0 +1,271 @@
+"""Recipe configuration: one flat YAML per recipe, parsed with `trl.TrlParser`.
+
+A recipe is parsed into one dataclass per section, all defined in this package, which
+imports nothing of selskill but itself: the stages, the init builders and the trainer
+import their section from here, never the reverse, so parsing a recipe loads none of the
+code it configures. Field names are unique across the sections (each carries its
+section's prefix), a key that no section knows fails loudly naming the key, and
+`--key value` on the command line overrides the YAML.
+
+An entry point parses once (`load_recipe`, or `parse_sections` with the sections it
+needs) and hands the parsed sections on. The recipe-wide seed is the run section's `seed`;
+the train section gets it as TRL's `seed` (`selskill.config.train.OWNED_ELSEWHERE`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from selskill.config.checks import bad_value, changed_settings, check_at_least, check_choice, check_unit
+from selskill.config.init import InitConfig
+from selskill.config.names import BENCHMARKS, BFCL_SPLITS
+from selskill.config.rollout import GamesConfig, RolloutConfig
+from selskill.config.run import PolicyConfig, RunConfig
+from selskill.config.stages import BranchConfig, EvalConfig, ForkConfig, LabelConfig, SampleConfig
+
+if TYPE_CHECKING:
+    from selskill.config.train import TrainConfig
+
+
+def recipe_dataclasses() -> tuple[type, ...]:
+    """Every section a recipe is parsed into, in `Recipe` order (the train section imports TRL)."""
+    from selskill.config.train import TrainConfig
+
+    return (
+        RunConfig,
+        PolicyConfig,
+        GamesConfig,
+        RolloutConfig,
+        InitConfig,
+        SampleConfig,
+        BranchConfig,
+        ForkConfig,
+        LabelConfig,
+        TrainConfig,
+        EvalConfig,
+    )
+
+
+@dataclass
+class Recipe:
+    """A parsed recipe: one field per section; `argv`, when parsed from one, is its command line
+    (processes that must parse for themselves rebuild it from there)."""
+
+    run: RunConfig
+    policy: PolicyConfig
+    games: GamesConfig
+    rollout: RolloutConfig
+    init: InitConfig
+    sample: SampleConfig
+    branch: BranchConfig
+    fork: ForkConfig
+    label: LabelConfig
+    train: TrainConfig
+    eval: EvalConfig
+    argv: tuple[str, ...] | None = field(default=None, compare=False)
+
+    @classmethod
+    def of(cls, sections: Sequence, argv: Sequence[str] | None = None) -> Recipe:
+        """The recipe of parsed `sections` (one of each `recipe_dataclasses()` type, in any order)."""
+        by_type = {type(s): s for s in sections}
+        missing = [t.__name__ for t in recipe_dataclasses() if t not in by_type]
+        if missing:
+            raise ValueError(f"a Recipe needs every section; missing: {', '.join(missing)}")
+        return cls(
+            *(by_type[t] for t in recipe_dataclasses()), argv=tuple(argv) if argv is not None else None
+        )
+
+    @property
+    def sections(self) -> tuple:
+        return tuple(getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "argv")
+
+    @property
+    def seed(self) -> int:
+        """The recipe-wide seed (the run section's `seed`)."""
+        return int(self.run.seed)
+
+    def with_run(self, **changes) -> Recipe:
+        """This recipe with run keys replaced (e.g. one rank of a sharded stage)."""
+        return dataclasses.replace(self, run=dataclasses.replace(self.run, **changes))
+
+
+def make_parser(dataclass_types: Sequence[type] | None = None):
+    """The TrlParser over the recipe's sections (all by default); `--help` lists the keys by section
+    (each section's `_argument_group_name`).
+
+    Abbreviated keys are refused: in one flat recipe a prefix may name a key of another
+    section than the one a reader expects.
+    """
+    from trl import TrlParser
+
+    return _quiet_errors(TrlParser(tuple(dataclass_types or recipe_dataclasses()), allow_abbrev=False))
+
+
+def parse_sections(argv: Sequence[str] | None = None, dataclass_types: Sequence[type] | None = None) -> tuple:
+    """Parse `--config RECIPE` plus `--key value` overrides into `dataclass_types` (default: all).
+
+    With only some sections (the train stage parses run, policy and train), the keys of the
+    others are accepted and ignored, and their values not checked; a key of no section still
+    fails, naming it.
+    """
+    every = recipe_dataclasses()
+    types = tuple(dataclass_types or every)
+    parser = make_parser(types)
+    argv = list(argv) if argv is not None else None
+    check_recipe_file(argv)
+    known = {f.name for t in every for f in dataclasses.fields(t)}
+    try:
+        if set(types) == set(every):
+            sections = parser.parse_args_and_config(args=argv)
+        else:
+            *sections, from_file, from_args = parser.parse_args_and_config(
+                args=argv, return_remaining_strings=True, separate_remaining_strings=True
+            )
+            _check_other_sections(from_file, from_args, known)
+    except ValueError as exc:
+        if "Unknown arguments from config file" in str(exc) or "not used by the HfArgumentParser" in str(exc):
+            names = ", ".join(k for k in sorted(known) if not k.startswith("_"))
+            raise ValueError(f"{exc}\nValid keys include: {names[:2000]}") from None
+        raise
+    sections = tuple(sections)
+    _fill_owned_elsewhere(sections)
+    check_sections(sections)
+    return sections
+
+
+def _check_other_sections(from_file: list[str], from_args: list[str], known: set[str]) -> None:
+    """What a partial parse left over must be keys of the other sections (and their values)."""
+
+    def unknown(rest: list[str]) -> list[str]:
+        return [s for s in rest if s.startswith("--") and s[2:].split("=", 1)[0] not in known]
+
+    if bad := unknown(from_file):
+        raise ValueError(f"Unknown arguments from config file: {bad}")
+    if bad := unknown(from_args):
+        raise ValueError(f"Some specified arguments are not used by the HfArgumentParser: {bad}")
+
+
+def _fill_owned_elsewhere(sections: Sequence) -> None:
+    """TRL's `seed` and `trust_remote_code` in the train section take the run's and the policy's."""
+    from selskill.config.train import OWNED_ELSEWHERE
+
+    by_name = {type(s).__name__: s for s in sections}
+    train = by_name.get("TrainConfig")
+    if train is None:
+        return
+    for key, owner in OWNED_ELSEWHERE.items():
+        if owner in by_name:
+            setattr(train, key, getattr(by_name[owner], key))
+
+
+def parse_recipe(argv: Sequence[str] | None = None, dataclass_types: Sequence[type] | None = None):
+    """Every section of the recipe (`parse_sections` with all of them, by default)."""
+    return parse_sections(argv, dataclass_types)
+
+
+def check_sections(sections: Sequence) -> None:
+    """The rules that span recipe sections (each section checks its own keys when it is built)."""
+    by_name = {type(s).__name__: s for s in sections}
+    run, rollout = by_name.get("RunConfig"), by_name.get("RolloutConfig")
+    sample, evaluation = by_name.get("SampleConfig"), by_name.get("EvalConfig")
+    if run is None:
+        return
+    splits = run.splits
+    if evaluation is not None and any(s not in splits for s in evaluation.splits):
+        raise bad_value(
+            "eval_splits",
+            evaluation.eval_splits,
+            f"a comma-separated list of {', '.join(splits)}",
+            f"benchmark: {run.benchmark}",
+        )
+    if run.benchmark != "bfcl":
+        return
+    if sample is not None and sample.sample_split not in splits:
+        raise bad_value("sample_split", sample.sample_split, f"one of {', '.join(splits)}", "benchmark: bfcl")
+    if rollout is not None and rollout.action_choice != "free":
+        raise bad_value(
+            "action_choice",
+            rollout.action_choice,
+            "free with benchmark: bfcl",
+            "admissible-action decoding needs a finite list of complete commands; a BFCL action is a call "
+            "list whose arguments are open-ended literals, and BFCL's admissible commands are function names only",
+        )
+    if rollout is not None and rollout.turn_style != "compact":
+        raise bad_value(
+            "turn_style",
+            rollout.turn_style,
+            "compact with benchmark: bfcl",
+            "BFCL turns are non-thinking (the paper's App. G)",
+        )
+    init = by_name.get("InitConfig")
+    if init is not None:
+        check_at_least(init, 0, "init_bfcl_tasks", why="0 = every task of the train split")
+
+
+def check_recipe_file(argv: Sequence[str] | None) -> None:
+    """`--config PATH` must exist: say so, with the recipes there are, before any parsing."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    paths = [args[i + 1] for i, a in enumerate(args[:-1]) if a == "--config"]
+    paths += [a.split("=", 1)[1] for a in args if a.startswith("--config=")]
+    for path in paths:
+        if not Path(path).is_file():
+            where = Path(path).parent
+            found = sorted(str(p) for p in where.glob("*.yaml")) if where.is_dir() else []
+            raise ValueError(
+                f"recipe {path} does not exist"
+                + (
+                    f"; recipes in {where}/: {', '.join(found)}"
+                    if found
+                    else " (paths are relative to where you run)"
+                )
+            )
+
+
+def load_recipe(argv: Sequence[str] | None = None) -> Recipe:
+    """The whole recipe, parsed once (what every entry point that runs more than training uses)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    return Recipe.of(parse_sections(argv), argv=argv)
+
+
+def _quiet_errors(parser):
+    """Bad command-line values print the one line that matters, not the usage of every recipe key."""
+
+    def error(message: str):
+        parser.exit(2, f"{parser.prog}: error: {message}\n(`--help` lists every recipe key)\n")
+
+    parser.error = error
+    return parser
+
+
+__all__ = [
+    "BENCHMARKS",
+    "BFCL_SPLITS",
+    "BranchConfig",
+    "EvalConfig",
+    "ForkConfig",
+    "GamesConfig",
+    "InitConfig",
+    "LabelConfig",
+    "PolicyConfig",
+    "Recipe",
+    "RolloutConfig",
+    "RunConfig",
+    "SampleConfig",
+    "bad_value",
+    "changed_settings",
+    "check_at_least",
+    "check_choice",
+    "check_recipe_file",
+    "check_sections",
+    "check_unit",
+    "load_recipe",
+    "make_parser",
+    "parse_recipe",
+    "parse_sections",
+    "recipe_dataclasses",
+]

@@ -1,0 +1,58 @@
+"""The checks every recipe section runs on its own keys, and how two sets of settings differ.
+
+A bad value fails when the recipe is parsed, naming the key, the rule and the fix, rather
+than hours later in the stage that reads it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+def bad_value(key: str, value: object, rule: str, why: str = "") -> ValueError:
+    """The error of a recipe key with a bad value: the key, the rule, the value, and where to fix it."""
+    return ValueError(
+        f"{key} must be {rule}; got {value!r}{f' ({why})' if why else ''}. Fix `{key}:` in the recipe or "
+        f"pass --{key} VALUE"
+    )
+
+
+def check_at_least(cfg, minimum: float, *keys: str, why: str = "") -> None:
+    for key in keys:
+        value = getattr(cfg, key)
+        if value < minimum:
+            raise bad_value(key, value, f">= {minimum}", why)
+
+
+def check_choice(cfg, key: str, choices: Sequence[str], why: str = "") -> None:
+    value = getattr(cfg, key)
+    if value not in choices:
+        raise bad_value(key, value, f"one of {', '.join(map(str, choices))}", why)
+
+
+def check_unit(cfg, *keys: str) -> None:
+    """Nucleus-sampling keys: 0 < value <= 1."""
+    for key in keys:
+        value = getattr(cfg, key)
+        if not 0 < value <= 1:
+            raise bad_value(key, value, "in (0, 1]", "nucleus sampling mass; 1 = off")
+
+
+def _flatten(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def changed_settings(old: dict, new: dict) -> list[str]:
+    """`key: old -> new` for every (nested, dotted) key whose value differs; `(none)` where one lacks it."""
+    a, b = _flatten(old), _flatten(new)
+    return [
+        f"{k}: {a.get(k, '(none)')!r} -> {b.get(k, '(none)')!r}"
+        for k in sorted(set(a) | set(b))
+        if a.get(k, "(none)") != b.get(k, "(none)")
+    ]

@@ -1,0 +1,36 @@
+"""The values recipe keys choose among, for the code below the recipe as well.
+
+A recipe is checked when it is parsed, before any stage runs, so the recipe layer must
+know the splits, sizes, styles and modes; the environments, the agent and the skills use
+the same tuples. They are defined here, at the bottom, so that the recipe imports nothing
+of the code it configures and that code imports them from here (under its own names).
+"""
+
+from __future__ import annotations
+
+BENCHMARKS: tuple[str, ...] = ("alfworld", "bfcl")
+EXECUTORS: tuple[str, ...] = ("local", "slurm", "ray")  # how a round's stages run over their ranks
+
+# ALFWorld: the generated splits, plus real data's `valid_train`, which is only indexed when
+# named (it repeats train games)
+ALFWORLD_SPLITS: tuple[str, ...] = ("train", "valid_seen", "valid_unseen")
+REAL_ONLY_SPLITS: tuple[str, ...] = ("valid_train",)
+KNOWN_SPLITS: tuple[str, ...] = ALFWORLD_SPLITS + REAL_ONLY_SPLITS
+GAME_SIZES: tuple[str, ...] = ("tiny", "small", "real")
+GRAMMAR_MODES: tuple[str, ...] = ("patch", "strict")
+
+# BFCL multi-turn: four categories of the same 200 scenarios, split by scenario index
+BFCL_CATEGORIES: tuple[str, ...] = ("base", "long_context", "miss_func", "miss_param")
+BFCL_SCENARIOS = 200
+BFCL_SPLITS: tuple[str, ...] = ("train", "test")
+DOC_STYLES: tuple[str, ...] = ("json", "compact", "brief")
+
+# the turn format and the skill listing
+TURN_STYLES: tuple[str, ...] = ("thinking", "compact")
+ADMISSIBLE_STYLES: tuple[str, ...] = ("all", "local")
+LISTING_STYLES: tuple[str, ...] = ("compact", "full")
+ACTION_CHOICES: tuple[str, ...] = ("free", "admissible")
+EVAL_MODES: tuple[str, ...] = ("skills", "no_skills", "skills_as_context", "conservative", "explicit_skip")
+
+# the init demonstrations' expert
+SEARCH_ORDERS: tuple[str, ...] = ("prior", "sweep")

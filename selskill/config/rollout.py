@@ -1,0 +1,131 @@
+"""The games section (generated households) and the rollout section (how an episode is played
+and written), which sample, fork and eval share: a fork continues an episode under the exact
+conditions it was sampled under. `selskill.stages.context` turns them into a turn format and
+a runner."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from selskill.config.checks import check_at_least, check_choice
+from selskill.config.names import (
+    ACTION_CHOICES,
+    ADMISSIBLE_STYLES,
+    DOC_STYLES,
+    GAME_SIZES,
+    LISTING_STYLES,
+    TURN_STYLES,
+)
+
+
+@dataclass
+class GamesConfig:
+    """Generated games (the offline default); ignored when use_alfworld_data is set."""
+
+    _argument_group_name = "games (generated households)"  # its heading in `--help`
+
+    games_size: str = field(
+        default="small", metadata={"help": "generated scene size: tiny, small or real (the scale ladder)"}
+    )
+    games_train_per_type: int = field(default=4, metadata={"help": "generated train games per task type"})
+    games_eval_per_type: int = field(
+        default=4, metadata={"help": "generated valid_seen/valid_unseen games per type"}
+    )
+    games_unseen_per_type: int = field(
+        default=-1, metadata={"help": "generated valid_unseen games per type (-1 = games_eval_per_type)"}
+    )
+    games_seed: int = field(
+        default=0, metadata={"help": "generation seed (the same seed writes identical games)"}
+    )
+
+    def __post_init__(self):
+        check_choice(self, "games_size", GAME_SIZES)
+        check_at_least(self, 0, "games_train_per_type", "games_eval_per_type")
+        check_at_least(self, -1, "games_unseen_per_type", why="-1 = games_eval_per_type")
+
+    def per_type(self, split: str) -> int:
+        if split == "train":
+            return self.games_train_per_type
+        if split == "valid_unseen" and self.games_unseen_per_type >= 0:
+            return self.games_unseen_per_type
+        return self.games_eval_per_type
+
+
+@dataclass
+class RolloutConfig:
+    """How an episode is played and written (shared by sample, fork and eval)."""
+
+    _argument_group_name = "rollout (shared by sample, fork and eval)"  # its heading in `--help`
+
+    turn_style: str = field(
+        default="compact", metadata={"help": "thinking (Qwen3) or compact (small policy)"}
+    )
+    turn_admissible: str = field(default="local", metadata={"help": "admissible commands shown: all | local"})
+    turn_show_admissible: bool = field(
+        default=True, metadata={"help": "append admissible commands to observations"}
+    )
+    turn_task_reminder: bool = field(
+        default=False, metadata={"help": "repeat the task after every observation (small policies)"}
+    )
+    listing_style: str = field(default="compact", metadata={"help": "skill listing style: compact | full"})
+    max_env_steps: int = field(default=50, metadata={"help": "environment-step budget of an episode"})
+    max_turns: int = field(default=80, metadata={"help": "turn budget (memory skill calls take no env step)"})
+    max_context_tokens: int = field(
+        default=8192, metadata={"help": "episode ends with context_limit beyond this"}
+    )
+    max_new_tokens: int = field(default=96, metadata={"help": "tokens per assistant turn"})
+    concurrent_episodes: int = field(
+        default=32, metadata={"help": "episodes played at once (one batch per turn)"}
+    )
+    policy_batch_size: int = field(default=32, metadata={"help": "rows per forward pass of the hf backend"})
+    env_overlap: bool = field(
+        default=True,
+        metadata={
+            "help": "play episodes in a child process, half a batch at a time, so environments step while "
+            "the policy generates (false: everything in this process)"
+        },
+    )
+    action_choice: str = field(
+        default="free",
+        metadata={
+            "help": "free: the policy writes any command | admissible: once a turn opens <action>, only "
+            "admissible commands can follow (hf backend; skill calls stay free)"
+        },
+    )
+    enable_thinking: bool = field(
+        default=False, metadata={"help": "chat_template_kwargs enable_thinking (Qwen3)"}
+    )
+    turn_doc_style: str = field(
+        default="compact",
+        metadata={
+            "help": "benchmark bfcl: function docs in the system prompt: compact | brief (no parameter notes) | json "
+            "(BFCL's own rendering, 31-48k characters for two classes)"
+        },
+    )
+    turn_examples: bool = field(
+        default=True,
+        metadata={"help": "benchmark bfcl: few-shot examples in the system prompt (the paper's App. G)"},
+    )
+
+    def __post_init__(self):
+        check_choice(self, "action_choice", ACTION_CHOICES)
+        check_choice(self, "turn_style", TURN_STYLES)
+        check_choice(self, "turn_admissible", ADMISSIBLE_STYLES)
+        check_choice(self, "listing_style", LISTING_STYLES)
+        check_choice(self, "turn_doc_style", DOC_STYLES)
+        check_at_least(
+            self,
+            1,
+            "max_env_steps",
+            "max_turns",
+            "max_context_tokens",
+            "max_new_tokens",
+            "concurrent_episodes",
+            "policy_batch_size",
+        )
+
+    def chat_template_kwargs(self, env: str = "alfworld") -> dict | None:
+        """Qwen3's `enable_thinking` for thinking turns, and always on BFCL (non-thinking: false)."""
+        if self.turn_style == "thinking" or env == "bfcl":
+            return {"enable_thinking": self.enable_thinking}
+        return None

@@ -1,0 +1,140 @@
+"""The sections of the round's stages: sample, branch, fork, label and eval (each key carries its
+stage's prefix, so that the sections share one flat recipe)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from selskill.config.checks import bad_value, check_at_least, check_choice, check_unit
+from selskill.config.names import BFCL_SPLITS, EVAL_MODES, KNOWN_SPLITS
+
+BRANCH_STRATEGIES: tuple[str, ...] = ("entropy", "random", "all_skill")
+BRANCH_SCORES: tuple[str, ...] = ("mean_first_m", "decision")
+LABEL_KINDS: tuple[str, ...] = ("both", "episode", "local")
+
+
+@dataclass
+class SampleConfig:
+    _argument_group_name = "sample"  # its heading in `--help`
+
+    sample_k: int = field(default=10, metadata={"help": "rollouts per task (the paper: 10)"})
+    sample_split: str = field(default="train", metadata={"help": "task split to sample on"})
+    sample_max_tasks: int = field(default=0, metadata={"help": "use only the first N tasks (0 = all)"})
+    sample_temperature: float = field(default=1.0, metadata={"help": "sampling temperature"})
+    sample_top_p: float = field(default=1.0, metadata={"help": "nucleus sampling"})
+
+    def __post_init__(self):
+        check_at_least(self, 1, "sample_k", why="rollouts per task; the paper uses 10")
+        check_at_least(self, 0, "sample_max_tasks", why="0 = every task of the split")
+        check_at_least(self, 0, "sample_temperature", why="0 = greedy")
+        check_unit(self, "sample_top_p")
+
+
+@dataclass
+class BranchConfig:
+    _argument_group_name = "branch"  # its heading in `--help`
+
+    branch_strategy: str = field(default="entropy", metadata={"help": "entropy | random | all_skill"})
+    branch_top_post_skill: int = field(
+        default=3, metadata={"help": "points per rollout from turns that invoked a skill"}
+    )
+    branch_top_ordinary: int = field(
+        default=3, metadata={"help": "points per rollout from ordinary action turns"}
+    )
+    branch_score: str = field(default="mean_first_m", metadata={"help": "mean_first_m | decision"})
+    branch_score_m: int = field(default=10, metadata={"help": "m of mean_first_m (the paper: 10)"})
+
+    def __post_init__(self):
+        check_choice(self, "branch_strategy", BRANCH_STRATEGIES)
+        check_choice(self, "branch_score", BRANCH_SCORES)
+        check_at_least(
+            self, 0, "branch_top_post_skill", "branch_top_ordinary", why="points per rollout; 0 = none"
+        )
+        check_at_least(self, 1, "branch_score_m", why="the paper uses 10")
+
+
+@dataclass
+class ForkConfig:
+    _argument_group_name = "fork"  # its heading in `--help`
+
+    fork_k_invoke: int = field(
+        default=2, metadata={"help": "continuations per branch point that invoke the skill"}
+    )
+    fork_k_skip: int = field(default=2, metadata={"help": "continuations per branch point that skip it"})
+    fork_temperature: float = field(default=1.0, metadata={"help": "sampling temperature after the fork"})
+    fork_top_p: float = field(default=1.0, metadata={"help": "nucleus sampling after the fork"})
+
+    def __post_init__(self):
+        check_at_least(
+            self,
+            1,
+            "fork_k_invoke",
+            "fork_k_skip",
+            why="a local pair compares the best invoke with the best skip continuation of a branch point; "
+            "for episode pairs only, set label_kinds: episode",
+        )
+        check_at_least(self, 0, "fork_temperature", why="0 = greedy")
+        check_unit(self, "fork_top_p")
+
+
+@dataclass
+class LabelConfig:
+    _argument_group_name = "label"  # its heading in `--help`
+
+    label_episode_max_rejected: int = field(
+        default=3, metadata={"help": "failures paired with a task's best success"}
+    )
+    label_episode_fraction: float = field(
+        default=-1.0,
+        metadata={"help": "target share of episode pairs after downsampling the other kind (-1 = keep all)"},
+    )
+    label_kinds: str = field(default="both", metadata={"help": "pair kinds to write: both | episode | local"})
+
+    def __post_init__(self):
+        check_choice(self, "label_kinds", LABEL_KINDS)
+        check_at_least(
+            self, 1, "label_episode_max_rejected", why="failures paired with a task's best success"
+        )
+        f = self.label_episode_fraction
+        if not (f == -1 or 0 <= f <= 1):
+            raise bad_value("label_episode_fraction", f, "in [0, 1], or -1", "-1 keeps every pair")
+
+
+@dataclass
+class EvalConfig:
+    _argument_group_name = "eval"  # its heading in `--help`
+
+    eval_splits: str = field(
+        default="valid_seen,valid_unseen", metadata={"help": "comma-separated held-out splits"}
+    )
+    eval_max_tasks: int = field(default=0, metadata={"help": "first N tasks of each split (0 = all)"})
+    eval_temperature: float = field(default=0.0, metadata={"help": "0 = greedy (the paper)"})
+    eval_bootstrap: int = field(
+        default=1000, metadata={"help": "bootstrap resamples for the 95 percent intervals"}
+    )
+    eval_mode: str = field(
+        default="skills",
+        metadata={
+            "help": "skills (the method's setting) | no_skills | skills_as_context | conservative | "
+            "explicit_skip: the paper's Appendix D baselines; a round writes mode M to eval-M/"
+        },
+    )
+
+    def __post_init__(self):
+        if self.eval_mode not in EVAL_MODES:
+            raise ValueError(f"eval_mode {self.eval_mode!r} is not one of: {', '.join(EVAL_MODES)}")
+        known = KNOWN_SPLITS + BFCL_SPLITS  # which of them the env has: config.check_sections
+        if not self.splits or any(s not in known for s in self.splits):
+            raise bad_value("eval_splits", self.eval_splits, f"a comma-separated list of {', '.join(known)}")
+        check_at_least(self, 0, "eval_max_tasks", why="0 = every task of each split")
+        check_at_least(self, 0, "eval_temperature", why="0 = greedy, the paper's setting")
+        check_at_least(self, 1, "eval_bootstrap", why="resamples of the 95 percent intervals")
+
+    @property
+    def stage(self) -> str:
+        """The round's stage directory for this mode: `eval`, or `eval-<mode>` for a baseline."""
+        return "eval" if self.eval_mode == "skills" else f"eval-{self.eval_mode}"
+
+    @property
+    def splits(self) -> list[str]:
+        return [s.strip() for s in self.eval_splits.split(",") if s.strip()]

@@ -1,0 +1,114 @@
+"""What every executor shares: the stage type, the executor interface, and how a worker runs one rank.
+
+A stage is a function of the parsed recipe that computes one rank of its output
+(`Stage.run(recipe, rank, world_size)`). It writes through the run-directory contract
+(`selskill.stages.common.run_rank`: a lock per rank, outputs renamed into place, the
+completion marker last), so an executor never decides what to skip: it starts every rank,
+and a rank whose marker verifies with this recipe's inputs returns at once. That is what
+makes executors interchangeable and a crashed round resumable under any of them: rerun
+the same command, with the same or another executor.
+
+Out-of-process workers (local worker processes, Ray tasks, Slurm array tasks) rebuild the
+recipe from its command line (`Recipe.argv`) instead of receiving the parsed objects:
+`TrainConfig` caches the device it was parsed on, and under `accelerate` or DeepSpeed the
+configs must be built after the distributed state exists, so a worker on another machine
+must parse for itself. One path for every worker also means the local multi-process run
+checks that the command line alone rebuilds what a rank needs, which is all a Slurm array
+task gets.
+"""
+
+from __future__ import annotations
+
+import os
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from selskill.config import Recipe
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One entry of a round's table.
+
+    `sharded`: the stage splits its items over `run.world_size` ranks (sample, branch,
+    fork, label, eval). A stage that is not runs as one job that parallelises itself, if
+    at all (train relaunches under `accelerate`; init builds one model), and sees the
+    recipe unchanged. `fn` must be a module-level function: workers receive it pickled.
+    """
+
+    name: str
+    fn: Callable[[Recipe], Any]
+    sharded: bool = True
+    doc: str = ""
+
+    def ranks(self, recipe: Recipe) -> int:
+        return recipe.run.world_size if self.sharded else 1
+
+    def run(self, recipe: Recipe, rank: int = 0, world_size: int = 1) -> Any:
+        if self.sharded:
+            return self.fn(recipe.with_run(rank=rank, world_size=world_size))
+        if (rank, world_size) != (0, 1):
+            raise ValueError(
+                f"the {self.name} stage is one job (rank 0 of 1); got rank {rank} of {world_size}"
+            )
+        return self.fn(recipe)
+
+
+class StageFailed(RuntimeError):
+    """Some ranks of a stage raised; the others ran to the end (their outputs are complete and kept)."""
+
+
+def recipe_argv(recipe: Recipe) -> list[str]:
+    if recipe.argv is None:
+        raise ValueError(
+            "this recipe was built in code, not parsed from a command line: workers in other processes rebuild "
+            "the recipe from its command line, so build it with load_recipe([...]) or use the local executor "
+            "with local_workers: 1"
+        )
+    return list(recipe.argv)
+
+
+def run_rank_from_argv(stage: Stage, argv: Sequence[str], rank: int, world_size: int, cwd: str) -> None:
+    """One rank in a worker process: parse the recipe here, from the directory the round was started in
+    (recipes, runs_dir and games_dir may be relative to it)."""
+    from selskill.config import load_recipe
+
+    if os.getcwd() != cwd:
+        os.chdir(cwd)
+    stage.run(load_recipe(list(argv)), rank, world_size)
+
+
+def raise_failures(stage: Stage, failures: dict[int, BaseException], world_size: int) -> None:
+    """Re-raise a single failure as itself (a refused rank stays a `StageRefused`); several as one error."""
+    if not failures:
+        return
+    if len(failures) == 1:
+        raise next(iter(failures.values()))
+    lines = "\n".join(f"  rank {r}: {type(e).__name__}: {e}" for r, e in sorted(failures.items()))
+    raise StageFailed(
+        f"{stage.name}: {len(failures)} of {world_size} ranks failed (the others are complete; a rerun "
+        f"computes only the failed ones):\n{lines}"
+    )
+
+
+class Executor(ABC):
+    """Runs a round's stages in order, each over all of its ranks.
+
+    `waits`: `run` returns once every stage has finished, so the caller can read the
+    outputs (local, Ray). A batch scheduler's executor returns once the jobs are queued.
+    """
+
+    name = ""
+    waits = True
+
+    def run(self, recipe: Recipe, stages: Sequence[Stage]) -> None:
+        after = None
+        for stage in stages:
+            after = self.run_stage(recipe, stage, after)
+
+    @abstractmethod
+    def run_stage(self, recipe: Recipe, stage: Stage, after: Any = None) -> Any:
+        """Run (or queue) every rank of `stage`; `after` is what the previous stage returned."""

@@ -1,0 +1,68 @@
+"""The Ray executor: one Ray task per rank, on a running cluster or a local instance.
+
+Ray is optional: it is imported only when this executor runs. Every node must see the
+same files at the same paths (the package, the recipe, `runs_dir`, `games_dir`), as with
+Slurm; a task works from the directory the round was started in. A rank whose worker dies
+is retried by Ray, which the stage contract makes safe (the retry takes the rank's lock and
+recomputes it from scratch).
+"""
+
+from __future__ import annotations
+
+import os
+
+from selskill.executors.base import Executor, Stage, raise_failures, recipe_argv, run_rank_from_argv
+
+
+def import_ray():
+    try:
+        import ray
+    except ImportError:
+        raise ImportError(
+            "the ray executor needs Ray, which is not installed: pip install ray==2.60.0 "
+            "(or pip install -e '.[ray]'), or choose executor: local | slurm"
+        ) from None
+    return ray
+
+
+class RayExecutor(Executor):
+    """`address`: "" starts a local Ray instance for the round (and stops it after), anything else is passed
+    to `ray.init` ("auto": the cluster this machine belongs to). A Ray already initialised in this process is
+    used as it is."""
+
+    name = "ray"
+
+    def __init__(
+        self, address: str = "", cpus_per_task: float = 1, gpus_per_task: float = 0, train_gpus: float = 0
+    ):
+        self.address = address
+        self.cpus_per_task = cpus_per_task
+        self.gpus_per_task = gpus_per_task
+        self.train_gpus = train_gpus
+
+    def run(self, recipe, stages) -> None:
+        ray = import_ray()
+        started = not ray.is_initialized()
+        if started:
+            ray.init(address=self.address or None)
+        try:
+            super().run(recipe, stages)
+        finally:
+            if started:
+                ray.shutdown()
+
+    def run_stage(self, recipe, stage: Stage, after=None) -> None:
+        ray = import_ray()
+        n = stage.ranks(recipe)
+        gpus = self.gpus_per_task if stage.sharded or not self.train_gpus else self.train_gpus
+        task = ray.remote(num_cpus=self.cpus_per_task, num_gpus=gpus)(run_rank_from_argv)
+        argv, cwd = recipe_argv(recipe), os.getcwd()
+        print(f"{stage.name}: {n} Ray task{'s' if n > 1 else ''}", flush=True)
+        refs = {rank: task.remote(stage, argv, rank, n, cwd) for rank in range(n)}
+        failures = {}
+        for rank, ref in refs.items():
+            try:
+                ray.get(ref)
+            except Exception as exc:  # RayTaskError is also an instance of the task's own exception type
+                failures[rank] = exc
+        raise_failures(stage, failures, n)

@@ -1,0 +1,169 @@
+"""The Slurm executor: one `sbatch` job per stage, an array of `world_size` tasks for a sharded stage.
+
+Each job waits for the previous stage's job (`--dependency=afterok`, with
+`--kill-on-invalid-dep=yes` so that a failed stage cancels the rest instead of leaving
+them pending forever), and submitting returns at once. Array task i runs rank i of the
+stage from the recipe's own command line, the one a user would type for that rank, so a
+failed task is rerun by hand with the line in its script; ranks already complete are
+skipped by the stage. Scripts go to `runs/<exp>/round_<r>/slurm/<stage>.sh`, logs to
+`slurm/logs/`. With `dry_run` the scripts and the `sbatch` lines are printed and nothing is
+written or submitted.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from selskill.executors.base import Executor, Stage, recipe_argv
+
+RANK = "$SLURM_ARRAY_TASK_ID"
+
+
+# keys a job must not see: they say how this command schedules the round, and a job runs one rank of it
+SCHEDULING_KEYS = ("executor", "local_workers", "dry_run")
+SCHEDULING_PREFIXES = ("slurm_", "ray_")
+FLAGS = ("dry_run",)  # boolean keys, which may stand without a value
+
+
+def worker_argv(argv: list[str], drop: tuple[str, ...] = ()) -> list[str]:
+    """The recipe's command line as one job runs it: without the scheduling keys (a printed script must do
+    what it says, so it never dry-runs) and without the keys in `drop`."""
+    out, i = [], 0
+    while i < len(argv):
+        a = argv[i]
+        key = a[2:].split("=", 1)[0] if a.startswith("--") else ""
+        if key and (key in SCHEDULING_KEYS or key.startswith(SCHEDULING_PREFIXES) or key in drop):
+            if "=" in a:
+                i += 1
+            elif key in FLAGS:
+                nxt = argv[i + 1].lower() if i + 1 < len(argv) else ""
+                i += 2 if nxt in ("true", "false", "1", "0", "yes", "no") else 1
+            else:
+                i += 2
+            continue
+        out.append(a)
+        i += 1
+    return out
+
+
+@dataclass
+class SlurmOptions:
+    partition: str = ""
+    time: str = ""
+    cpus_per_task: int = 1
+    gpus_per_task: int = 0
+    train_gpus: int = 0
+    mem: str = ""
+    array_parallelism: int = 0
+    sbatch_args: str = ""
+
+
+class SlurmExecutor(Executor):
+    name = "slurm"
+    waits = False
+
+    def __init__(
+        self,
+        options: SlurmOptions | None = None,
+        dry_run: bool = False,
+        python: str = sys.executable,
+        out: Callable[[str], None] = print,
+    ):
+        self.options = options or SlurmOptions()
+        self.dry_run = dry_run
+        self.python = python
+        self.out = out
+        self.jobs: dict[str, str] = {}  # stage -> job id, as submitted
+
+    def script_dir(self, recipe) -> Path:
+        from selskill.data.layout import round_dir
+
+        run = recipe.run
+        return (Path.cwd() / round_dir(run.runs_dir, run.exp, run.round) / "slurm").resolve()
+
+    def command(self, recipe, stage: Stage) -> str:
+        drop = ("rank", "world_size") if stage.sharded else ()
+        argv = worker_argv(recipe_argv(recipe), drop)
+        cmd = shlex.join([self.python, "-m", "selskill.stages", stage.name, *argv])
+        if stage.sharded:
+            cmd += f" --rank {RANK} --world_size {stage.ranks(recipe)}"
+        return cmd
+
+    def render(self, recipe, stage: Stage) -> str:
+        """The sbatch script of `stage`: the same text whether printed (dry run) or submitted."""
+        o, run, n = self.options, recipe.run, stage.ranks(recipe)
+        logs = self.script_dir(recipe) / "logs"
+        gpus = o.gpus_per_task if stage.sharded or not o.train_gpus else o.train_gpus
+        lines = ["#!/bin/bash", f"#SBATCH --job-name=selskill-{run.exp}-r{run.round}-{stage.name}"]
+        if stage.sharded:
+            lines.append(
+                f"#SBATCH --array=0-{n - 1}" + (f"%{o.array_parallelism}" if o.array_parallelism else "")
+            )
+            lines.append(f"#SBATCH --output={logs}/%x-%A_%a.out")
+        else:
+            lines.append(f"#SBATCH --output={logs}/%x-%j.out")
+        lines += ["#SBATCH --ntasks=1", f"#SBATCH --cpus-per-task={o.cpus_per_task}"]
+        for key, value in (("partition", o.partition), ("time", o.time), ("mem", o.mem)):
+            if value:
+                lines.append(f"#SBATCH --{key}={value}")
+        if gpus:
+            lines.append(f"#SBATCH --gres=gpu:{gpus}")
+        lines += [f"#SBATCH {a}" for a in shlex.split(o.sbatch_args)]
+        what = (
+            f"rank {RANK} of {n}: a rank already complete with this recipe is skipped"
+            if stage.sharded
+            else "one job: what is already complete is skipped"
+        )
+        lines += [
+            f"# the {stage.name} stage of round {run.round} of {run.exp!r}, {what}",
+            "set -euo pipefail",
+            f"cd {shlex.quote(os.getcwd())}",
+            f"exec {self.command(recipe, stage)}",
+        ]
+        return "\n".join(lines) + "\n"
+
+    def sbatch_argv(self, script: Path, after: str | None) -> list[str]:
+        cmd = ["sbatch", "--parsable"]
+        if after:
+            cmd += [f"--dependency=afterok:{after}", "--kill-on-invalid-dep=yes"]
+        return [*cmd, str(script)]
+
+    def run(self, recipe, stages) -> None:
+        super().run(recipe, stages)
+        if self.dry_run:
+            self.out("dry run: nothing was written or submitted")
+        else:
+            jobs = ", ".join(f"{s} {j}" for s, j in self.jobs.items())
+            self.out(
+                f"submitted {jobs}. Follow them with squeue -j {','.join(self.jobs.values())}; logs in "
+                f"{self.script_dir(recipe) / 'logs'}. Once they are done, the same command with executor: local "
+                "prints the round's summary (every stage is then complete and skipped)"
+            )
+
+    def run_stage(self, recipe, stage: Stage, after: str | None = None) -> str:
+        script = self.script_dir(recipe) / f"{stage.name}.sh"
+        text = self.render(recipe, stage)
+        if self.dry_run:
+            placeholder = after and f"<job id of {after}>"
+            self.out(f"# --- {script}\n{text}# submit: {shlex.join(self.sbatch_argv(script, placeholder))}\n")
+            return stage.name
+        if shutil.which("sbatch") is None:
+            raise FileNotFoundError(
+                "the slurm executor needs Slurm's sbatch on PATH; add --dry_run to print the scripts instead"
+            )
+        (script.parent / "logs").mkdir(parents=True, exist_ok=True)
+        script.write_text(text)
+        done = subprocess.run(self.sbatch_argv(script, after), capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"sbatch {script} failed (exit {done.returncode}): {done.stderr.strip()}")
+        job = done.stdout.strip().split(";")[0]
+        self.jobs[stage.name] = job
+        self.out(f"{stage.name}: submitted job {job} ({script})")
+        return job

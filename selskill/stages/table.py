@@ -1,0 +1,166 @@
+"""The stage table: a round's stages in order, each with one entry `run(recipe, rank, world_size)`.
+
+Every way of running a round reads this table: `selskill round` / `make round` /
+`pipelines/round.py` hand it to the recipe's executor, and `pipelines/<stage>.py` /
+`python -m selskill.stages <stage>` run one rank of one entry (what each Slurm array task
+runs). The adapters below only pick a stage's recipe sections; the stages themselves
+(`selskill/stages/<stage>.py`) are unchanged, so a row is the same whichever executor or
+entry point computed it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from selskill.config import Recipe, load_recipe
+from selskill.data.layout import policy_dir, resolve_round_policy, round_dir
+from selskill.executors.base import Stage, StageFailed
+from selskill.stages.common import StageRefused
+
+
+def ensure_init_policy(recipe: Recipe) -> Path | None:
+    """Round 1 without a given model starts from the run's own offline init policy."""
+    if recipe.policy.model_name_or_path:
+        return None
+    out = policy_dir(recipe.run.runs_dir, recipe.run.exp, 1)
+    if recipe.run.benchmark == "bfcl":
+        from selskill.init.bfcl import build_bfcl_init_policy_from_config
+        from selskill.stages.common import balanced_tasks
+        from selskill.stages.context import bfcl_index, turn_format
+
+        # the first init_bfcl_tasks train tasks in the order the sample stage takes them
+        tasks = balanced_tasks(bfcl_index(recipe.run, "train").games, recipe.init.init_bfcl_tasks)
+        return build_bfcl_init_policy_from_config(
+            recipe.init,
+            out,
+            run=recipe.run,
+            seed=recipe.seed,
+            task_ids=tasks,
+            fmt=turn_format(recipe.rollout, "bfcl"),
+            listing_style=recipe.rollout.listing_style,
+        )
+    from selskill.init.alfworld import build_init_policy_from_config
+    from selskill.stages.context import turn_format
+
+    return build_init_policy_from_config(
+        recipe.init,
+        out,
+        games_dir=recipe.run.games_dir,
+        seed=recipe.seed,
+        fmt=turn_format(recipe.rollout),
+        listing_style=recipe.rollout.listing_style,
+    )
+
+
+def init_stage(recipe: Recipe) -> Path | None:
+    """The games (generated once), and in round 1 the starting policy and its round-0 eval.
+
+    The starting policy (built or given) is Table 1's first row and the paired baseline;
+    an experiment whose round 0 links another's (the replication's variants) leaves that
+    eval to it. Round 0's eval is one rank, whatever the round's world size.
+    """
+    from selskill.stages.context import ensure_games
+    from selskill.stages.evaluate import run_eval
+
+    run = recipe.run
+    ensure_games(run, recipe.games)
+    if run.round != 1:
+        return None
+    built = ensure_init_policy(recipe)
+    start = resolve_round_policy(run, recipe.policy)[0]
+    if not round_dir(run.runs_dir, run.exp, 0).is_symlink():
+        run0 = dataclasses.replace(run, round=0, rank=0, world_size=1, redo=False)
+        run_eval(run0, recipe.policy, recipe.rollout, recipe.eval, recipe.seed, model_path=start)
+    return built
+
+
+def sample_stage(recipe: Recipe):
+    from selskill.stages.sample import run_sample
+
+    return run_sample(recipe.run, recipe.policy, recipe.rollout, recipe.sample, recipe.seed)
+
+
+def branch_stage(recipe: Recipe):
+    from selskill.stages.branch import run_branch
+
+    return run_branch(recipe.run, recipe.policy, recipe.rollout, recipe.branch, recipe.seed)
+
+
+def fork_stage(recipe: Recipe):
+    from selskill.stages.fork import run_fork
+
+    return run_fork(recipe.run, recipe.policy, recipe.rollout, recipe.fork, recipe.seed)
+
+
+def label_stage(recipe: Recipe):
+    from selskill.stages.label import run_label
+
+    return run_label(recipe.run, recipe.label, recipe.train.window_turns or -1, recipe.seed)
+
+
+def train_stage(recipe: Recipe) -> None:
+    """In this process, or relaunched under the recipe's `train_accelerate_config` from its command line."""
+    from selskill.train.run import launch_parsed
+
+    if launch_parsed(recipe.run, recipe.policy, recipe.train, recipe.argv) != 0:
+        raise RuntimeError("the train stage failed (see its output above)")
+
+
+def eval_stage(recipe: Recipe):
+    from selskill.stages.evaluate import run_eval
+
+    return run_eval(recipe.run, recipe.policy, recipe.rollout, recipe.eval, recipe.seed)
+
+
+STAGES: tuple[Stage, ...] = (
+    Stage("init", init_stage, sharded=False, doc="games; round 1: the starting policy and its round-0 eval"),
+    Stage("sample", sample_stage, doc="K rollouts per task from round r-1's policy"),
+    Stage("branch", branch_stage, doc="the decision points worth forking"),
+    Stage("fork", fork_stage, doc="invoke and skip continuations from each point"),
+    Stage("label", label_stage, doc="preference pairs: outcome, then efficiency"),
+    Stage("train", train_stage, sharded=False, doc="DPO on the round's pairs (accelerate parallelises it)"),
+    Stage("eval", eval_stage, doc="greedy episodes on the held-out splits"),
+)
+BY_NAME = {s.name: s for s in STAGES}
+
+
+def round_stages(names: Sequence[str] | None = None) -> list[Stage]:
+    """The round's stages in table order (`names`: only these)."""
+    if names is None:
+        return list(STAGES)
+    unknown = [n for n in names if n not in BY_NAME]
+    if unknown:
+        raise ValueError(f"unknown stage {', '.join(unknown)}; the stages are {', '.join(BY_NAME)}")
+    return [s for s in STAGES if s.name in names]
+
+
+def run_entry(job: Callable[[Recipe], object], argv: Sequence[str] | None = None) -> int:
+    """Parse the recipe and run `job(recipe)`: bad input exits 2, missing upstream outputs or a refused rank
+    (another writer, recorded inputs that differ) or failed ranks of an executor 1, each with its message
+    instead of a traceback."""
+    try:
+        recipe = load_recipe(argv)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        job(recipe)
+    except (FileNotFoundError, StageRefused, StageFailed) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def stage_main(name: str, argv: Sequence[str] | None = None) -> int:
+    """One rank of one stage in this process: the recipe's `rank` of its `world_size`."""
+    stage = BY_NAME[name]
+    if stage.name == "train":  # under `accelerate launch` with DeepSpeed on CPUs, before any config is built
+        from selskill.train.run import init_cpu_deepspeed
+
+        init_cpu_deepspeed()
+    return run_entry(
+        lambda r: stage.run(r, r.run.rank, r.run.world_size) if stage.sharded else stage.run(r), argv
+    )
