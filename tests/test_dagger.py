@@ -137,3 +137,31 @@ def test_build_with_dagger_and_from_a_base(tmp_path):
                           dagger=dagger)  # fmt: skip
     with pytest.raises(ValueError, match="init_dagger_iters"):
         DaggerSettings(iterations=0, base=str(base))
+
+
+def test_dagger_rollouts_decode_as_the_recipe_does(tiny_model_dir, monkeypatch):
+    """DAgger relabels the states the policy reaches, so its rollouts follow the recipe's
+    `action_choice` (a build for `action_choice: admissible` must not relabel free-decoding states)."""
+    from selskill.agent import runner as runner_mod
+    from selskill.config import load_recipe
+    from selskill.init.alfworld import build_kwargs
+    from selskill.init.dagger import policy_rollouts
+
+    seen = []
+    original = runner_mod.EpisodeRunner.__init__
+
+    def recording_init(self, policy, env_factory, library, fmt, config, *args, **kwargs):
+        seen.append(config.action_choice)
+        original(self, policy, env_factory, library, fmt, config, *args, **kwargs)
+
+    monkeypatch.setattr(runner_mod.EpisodeRunner, "__init__", recording_init)
+    for choice in ("admissible", "free"):
+        assert policy_rollouts(
+            tiny_model_dir, [], fmt=FMT, listing_style="compact", seed=0,
+            max_env_steps=2, action_choice=choice,
+        ) == []  # fmt: skip
+    assert seen == ["admissible", "free"]
+    recipe = load_recipe(["--config", "recipes/tiny.yaml"])
+    settings = build_kwargs(recipe.init, recipe.rollout.action_choice)["dagger"]
+    assert recipe.rollout.action_choice == "admissible" and settings.action_choice == "admissible"
+    assert build_kwargs(recipe.init)["dagger"].action_choice == "free"

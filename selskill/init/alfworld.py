@@ -83,8 +83,9 @@ def init_arch(config: InitConfig) -> TinyArch:
     )
 
 
-def build_kwargs(config: InitConfig) -> dict:
-    """Keyword arguments of `build_init_policy` (add out_dir, games_dir, seed)."""
+def build_kwargs(config: InitConfig, action_choice: str = "free") -> dict:
+    """Keyword arguments of `build_init_policy` (add out_dir, games_dir, seed); `action_choice`: the
+    rollout section's, which DAgger's own rollouts follow."""
     return {
         "n_train_games": config.init_games_per_type,
         "game_size": config.init_game_size,
@@ -108,6 +109,7 @@ def build_kwargs(config: InitConfig) -> dict:
             temperature=config.init_dagger_temperature,
             base=config.init_dagger_from,
             fresh_games=config.init_dagger_fresh_games,
+            action_choice=action_choice,
         ),
     }
 
@@ -349,10 +351,18 @@ def build_init_policy(
 
 
 def build_init_policy_from_config(
-    config: InitConfig, out_dir: str | Path, *, games_dir: str | Path, seed: int, **kwargs
+    config: InitConfig,
+    out_dir: str | Path,
+    *,
+    games_dir: str | Path,
+    seed: int,
+    action_choice: str = "free",
+    **kwargs,
 ) -> Path:
-    """`build_init_policy` with the recipe's `InitConfig` and its recipe-wide `seed`."""
-    return build_init_policy(out_dir, games_dir=games_dir, seed=seed, **{**build_kwargs(config), **kwargs})
+    """`build_init_policy` with the recipe's `InitConfig`, its recipe-wide `seed` and its rollouts' `action_choice`."""
+    return build_init_policy(
+        out_dir, games_dir=games_dir, seed=seed, **{**build_kwargs(config, action_choice), **kwargs}
+    )
 
 
 __all__ = [

@@ -60,6 +60,9 @@ class DaggerSettings:
     temperature: float = 0.0
     base: str = ""  # an existing init model (same settings, DAgger off) to start from
     fresh_games: bool = False  # iteration i plays new generated train games, not the SFT's
+    # the rollouts' decoding (the recipe's `action_choice`): DAgger relabels the states the policy
+    # reaches as the rounds will sample it, so it decodes the same way
+    action_choice: str = "free"
 
     def __post_init__(self):
         if self.iterations < 0 or self.points < 1 or self.epochs <= 0 or self.max_env_steps < 1:
@@ -170,6 +173,7 @@ def policy_rollouts(
     temperature: float = 0.0,
     max_new_tokens: int = 64,
     concurrent_episodes: int = 32,
+    action_choice: str = "free",
     progress: bool = False,
 ) -> list[dict]:
     """One episode of the policy at `model_dir` per game (rows as the episode runner writes them).
@@ -188,6 +192,7 @@ def policy_rollouts(
         temperature=temperature,
         concurrent_episodes=concurrent_episodes,
         listing_style=listing_style,
+        action_choice=action_choice,
     )
     runner = EpisodeRunner(policy, functools.partial(AlfworldEnv, list(records)), library, fmt, config)
     specs = [
@@ -225,6 +230,7 @@ def dagger_demos(
     points: int = 2,
     temperature: float = 0.0,
     concurrent_episodes: int = 32,
+    action_choice: str = "free",
     progress: bool = False,
 ) -> tuple[list[Demo], dict]:
     """Play the policy on `records`, relabel its episodes with the expert; returns demos and stats."""
@@ -237,6 +243,7 @@ def dagger_demos(
         max_env_steps=max_env_steps,
         temperature=temperature,
         concurrent_episodes=concurrent_episodes,
+        action_choice=action_choice,
         progress=progress,
     )
     by_id = {r.task_id: r for r in records}
@@ -307,7 +314,7 @@ def run_dagger(
         new, st = dagger_demos(
             snapshot, records, fmt=fmt, listing_style=listing_style, mix=mix, seed=seed, iteration=it,
             max_env_steps=settings.max_env_steps, points=settings.points, temperature=settings.temperature,
-            progress=progress,
+            action_choice=settings.action_choice, progress=progress,
         )  # fmt: skip
         lengths = demo_token_lengths(tokenizer, new)
         kept = [d for d, n in zip(new, lengths, strict=True) if n <= sft["max_length"]]

@@ -50,6 +50,7 @@ def ensure_init_policy(recipe: Recipe) -> Path | None:
         out,
         games_dir=recipe.run.games_dir,
         seed=recipe.seed,
+        action_choice=recipe.rollout.action_choice,
         fmt=turn_format(recipe.rollout),
         listing_style=recipe.rollout.listing_style,
     )
