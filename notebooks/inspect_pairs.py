@@ -18,9 +18,10 @@
 # and label reason, and what a pair actually contains. A pair is rendered as its shared
 # prefix (shown once, collapsed when long), then the chosen and rejected completions side
 # by side, starting at the **branch point** (red marker). Tokens are coloured by role
-# (prompt/system, assistant, observation, skill return); tokens inside the stored loss mask
-# (the assistant tokens DPO trains on: all of them for episode pairs, the first n
-# assistant turns after the branch for local pairs) are highlighted in green.
+# (prompt/system, assistant, observation, skill return); the tokens DPO trains on (all
+# assistant tokens for episode pairs, the first n assistant turns after the branch for local
+# pairs; n = 3 unless `render_pair(..., window_n=...)` says otherwise) are highlighted in
+# green. The highlight is the trainer's own window, built from each token's role and turn.
 #
 # Settings come from environment variables so the same notebook runs in the test suite:
 # `SELSKILL_RUN` (the experiment directory `runs/<exp>`, default `runs/tiny`), `SELSKILL_ROUND`

@@ -3,8 +3,9 @@
 `render_pair` shows the shared prefix once (collapsed, and truncated in the middle when
 long), then the chosen and rejected completions side by side. Each completion starts at
 the branch point (marked), every token is coloured by its role (prompt/system, assistant,
-observation, skill return) and tokens inside the stored loss mask (`*_loss_mask == 1`: the
-assistant tokens DPO trains on) are highlighted. Tokens are decoded one by one with the
+observation, skill return) and the tokens DPO trains on are highlighted: the loss window
+for `window_n` turns, built by the trainer's own `loss_mask` from each token's role and
+turn (pair rows store no mask, so the view cannot disagree with what is trained). Tokens are decoded one by one with the
 tokenizer when one is given, else shown as token ids. All text is escaped.
 
 Pair rows carry roles for completion tokens only; pass `prompt_roles` (e.g. from
@@ -19,6 +20,8 @@ from __future__ import annotations
 import html
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
+
+from selskill.train.pairs import loss_mask
 
 ROLE_CLASSES = {0: "r-prompt", 1: "r-assistant", 2: "r-observation", 3: "r-skill"}
 ROLE_LABELS = {0: "prompt/system", 1: "assistant", 2: "observation", 3: "skill return"}
@@ -121,7 +124,7 @@ def prefix_roles(pair: Mapping, sources: Mapping[str, Mapping]) -> list[int] | N
     return None
 
 
-def _meta_table(pair: Mapping) -> str:
+def _meta_table(pair: Mapping, window_n: int | None) -> str:
     rows = [
         ("pair", pair.get("pair_id")),
         ("kind / reason", f"{pair.get('kind')} / {pair.get('label_reason')}"),
@@ -135,10 +138,8 @@ def _meta_table(pair: Mapping) -> str:
                 f"strategy {pair.get('branch_strategy')}, candidate skill {pair.get('candidate_skill')}",
             )
         )
-    n = pair.get("window_n", -1)
-    rows.append(
-        ("loss window", "all assistant turns" if n is None or n < 0 else f"first {n} assistant turns")
-    )
+    n = window_n if pair.get("kind") == "local" else None
+    rows.append(("loss window", "all assistant turns" if n is None else f"first {n} assistant turns"))
     body = "".join(f"<tr><td><b>{esc(k)}</b></td><td>{esc(v)}</td></tr>" for k, v in rows)
     return f'<table class="meta">{body}</table>'
 
@@ -166,11 +167,11 @@ def _prefix_html(pair: Mapping, tokenizer, prompt_roles, max_prefix_tokens: int)
     return f'<details class="prefix"{is_open}><summary>{esc(summary)}</summary>{_toks_div(body, tokenizer)}</details>'
 
 
-def _side_html(pair: Mapping, side: str, tokenizer, max_tokens: int | None) -> str:
+def _side_html(pair: Mapping, side: str, tokenizer, max_tokens: int | None, window_n: int | None) -> str:
     ids = list(pair[f"{side}_ids"])
     roles = list(pair[f"{side}_role"])
     turns = list(pair[f"{side}_turn"])
-    mask = list(pair[f"{side}_loss_mask"])
+    mask = loss_mask(roles, turns, pair["kind"], window_n).tolist()
     shown = len(ids) if max_tokens is None else min(len(ids), max_tokens)
     arm = pair.get(f"{side}_arm") or ""
     ok = "success" if pair.get(f"{side}_success") else "failure"
@@ -208,17 +209,22 @@ def render_pair(
     max_prefix_tokens: int = 256,
     max_completion_tokens: int | None = None,
     style: bool = True,
+    window_n: int | None = 3,
 ) -> str:
-    """One pair as HTML: metadata, the shared prefix once, chosen | rejected side by side."""
+    """One pair as HTML: metadata, the shared prefix once, chosen | rejected side by side.
+
+    `window_n`: the local window to highlight, as the trainer reads it (None = all turns;
+    `TrainConfig.window_turns` of the recipe that trains these pairs).
+    """
     parts = [
         STYLE if style else "",
         '<div class="selskill-pair">',
-        _meta_table(pair),
+        _meta_table(pair, window_n),
         legend(),
         _prefix_html(pair, tokenizer, prompt_roles, max_prefix_tokens),
         '<div class="sides">',
-        _side_html(pair, "chosen", tokenizer, max_completion_tokens),
-        _side_html(pair, "rejected", tokenizer, max_completion_tokens),
+        _side_html(pair, "chosen", tokenizer, max_completion_tokens, window_n),
+        _side_html(pair, "rejected", tokenizer, max_completion_tokens, window_n),
         "</div></div>",
     ]
     return "".join(parts)

@@ -28,7 +28,6 @@ SPLITS = ("valid_seen", "valid_unseen")
 TASK_TYPES = ("pick_and_place_simple", "pick_heat_then_place_in_recep")
 N_PROMPT = 6
 N_FORCED = 2
-WINDOW_N = 3
 METRICS_BOOT = 200
 
 # Eval outcomes per round: (success, skill calls, precise calls, env steps, malformed turns) per task.
@@ -310,9 +309,7 @@ def write_fixture_run(runs: str | Path, exp: str = "fixture") -> Path:
     for task in sorted(SAMPLE_PLAN):
         pairs += episode_pairs([x for x in rollouts if x["task_id"] == task], 3, discards)
     for branch in branches:
-        p = local_pair(
-            branch, [f for f in forks if f["branch_id"] == branch["branch_id"]], WINDOW_N, discards
-        )
+        p = local_pair(branch, [f for f in forks if f["branch_id"] == branch["branch_id"]], discards)
         if p is not None:
             pairs.append(p)
     pairs.sort(key=lambda p: p["pair_id"])

@@ -271,16 +271,14 @@ def test_label_efficiency_counts_the_benchmarks_steps():
     # invoke: a memory call then the same two calls (1 more decision, same call steps);
     # skip: the two calls batched into one step (same decisions, one call step fewer)
     inv, skp = _fork("i", "invoke", 4, 2), _fork("s", "skip", 4, 1)
-    assert (
-        local_pair(BRANCH, [inv, skp], 3, Counter(), step_measure("alfworld")) is None
-    )  # a tie in decisions
-    p = local_pair(BRANCH, [inv, skp], 3, Counter(), step_measure("bfcl"))
+    assert local_pair(BRANCH, [inv, skp], Counter(), step_measure("alfworld")) is None  # a tie in decisions
+    p = local_pair(BRANCH, [inv, skp], Counter(), step_measure("bfcl"))
     assert p["chosen_arm"] == "skip" and (p["chosen_steps"], p["rejected_steps"]) == (1, 2)
     # an executable skill: one decision for its calls wins on ALFWorld, costs its calls on BFCL
     inv, skp = _fork("i", "invoke", 2, 3), _fork("s", "skip", 4, 3)
-    assert local_pair(BRANCH, [inv, skp], 3, Counter(), step_measure("alfworld"))["chosen_arm"] == "invoke"
-    assert local_pair(BRANCH, [inv, skp], 3, Counter(), step_measure("bfcl")) is None
-    assert local_pair(BRANCH, [inv, skp], 3, Counter())["chosen_arm"] == "invoke"  # the default is ALFWorld's
+    assert local_pair(BRANCH, [inv, skp], Counter(), step_measure("alfworld"))["chosen_arm"] == "invoke"
+    assert local_pair(BRANCH, [inv, skp], Counter(), step_measure("bfcl")) is None
+    assert local_pair(BRANCH, [inv, skp], Counter())["chosen_arm"] == "invoke"  # the default is ALFWorld's
 
 
 def _rollout(rid, success, turns, env_steps):

@@ -246,9 +246,9 @@ def test_label_refuses_a_sample_stage_with_a_missing_rank(tmp_path):
     _sample_rank(tmp_path, 0)
     run = _run(tmp_path, rank=0, world_size=2)
     with pytest.raises(FileNotFoundError, match=r"sample: rank 1 of world size 2 has not finished.*--rank R"):
-        run_label(run, LabelConfig(label_kinds="episode"), 3, seed=3)
+        run_label(run, LabelConfig(label_kinds="episode"), seed=3)
     _sample_rank(tmp_path, 1)
-    assert run_label(run, LabelConfig(label_kinds="episode"), 3, seed=3) is True
+    assert run_label(run, LabelConfig(label_kinds="episode"), seed=3) is True
 
 
 def test_branch_and_fork_refuse_a_missing_upstream_rank(tmp_path, tiny_model_dir):

@@ -158,12 +158,29 @@ BRANCH = ("rollout_id", "task_id", "task_type", "round", "turn_index", "token_of
           "strategy", "candidate_skill", "original_decision", "source_env_steps_before")  # fmt: skip
 FORK = ("branch_id", "rollout_id", "task_id", "arm", "k", "seed", "prefix_len", "env_steps_after_branch",
         "steps_after_branch", "malformed_after_branch")  # fmt: skip
-PAIR = ("kind", "task_id", "task_type", "round", "chosen_ids", "rejected_ids", "window_n", "label_reason",
+PAIR = ("kind", "task_id", "task_type", "round", "chosen_ids", "rejected_ids", "label_reason",
         "chosen_success", "rejected_success", "chosen_steps", "rejected_steps", "chosen_arm", "rejected_arm",
         "branch_id", "branch_pool", "branch_score", "branch_strategy", "candidate_skill", "chosen_source",
         "rejected_source")  # fmt: skip
-PAIR_RUNS = ("chosen_role", "rejected_role", "chosen_turn", "rejected_turn", "chosen_loss_mask",
-             "rejected_loss_mask")  # fmt: skip
+PAIR_RUNS = ("chosen_role", "rejected_role", "chosen_turn", "rejected_turn")
+# Label stored a loss mask (for n = 3, the recipe's window when the rows were recorded) and its n
+# until the trainer became the one owner of the window. The masks are now the ones the trainer
+# builds for n = 3 from the stored roles and turns, compared with the recorded ones; `window_n`
+# is gone from the rows and not compared.
+RECORDED_WINDOW_N = 3
+REMOVED_COLUMNS = {"label": {"window_n"}}
+
+
+def _built_masks(row: dict) -> dict:
+    from selskill.train.pairs import loss_mask
+
+    n = RECORDED_WINDOW_N if row["kind"] == "local" else None
+    return {
+        f"{side}_loss_mask": _rle(
+            loss_mask(row[f"{side}_role"], row[f"{side}_turn"], row["kind"], n).tolist()
+        )
+        for side in ("chosen", "rejected")
+    }
 
 
 def _pick(row: dict, cols) -> dict:
@@ -227,6 +244,7 @@ def canonical_rows(runs: Path) -> dict:
             **_pick(r, PAIR),
             "prompt_ids": {"len": len(r["prompt_ids"]), "sha": _sha(list(r["prompt_ids"]))},
             **{c: _rle(r[c]) for c in PAIR_RUNS},
+            **_built_masks(r),
         }
     out["label"] = pairs
     return out
@@ -292,7 +310,7 @@ def differences(got: dict, want: dict) -> list[str]:
         seen = set()
         for key in sorted(set(w) & set(g)):
             for col, want_value in w[key].items():
-                if col in seen:
+                if col in seen or col in REMOVED_COLUMNS.get(stage, ()):
                     continue
                 d = _first_difference(g[key].get(col, MISSING), want_value, col in FLOAT_COLUMNS, col)
                 if d:

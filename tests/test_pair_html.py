@@ -78,6 +78,10 @@ def parse(html: str) -> _Spans:
     return p
 
 
+# the trainer's n=3 window of make_pair's sides (turn 3 and non-assistant tokens outside)
+MASK_N3 = {"chosen": [1, 1, 0, 0, 1, 1, 0, 0, 1, 0, 0, 0], "rejected": [1, 1, 0, 1, 0]}
+
+
 def make_pair(prefix_len=5, kind="local"):
     return {
         "pair_id": "local/a>b",
@@ -90,12 +94,9 @@ def make_pair(prefix_len=5, kind="local"):
         "chosen_ids": [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12],
         "chosen_role": [1, 1, 2, 2, 1, 1, 3, 3, 1, 2, 1, 1],
         "chosen_turn": [0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 3, 3],
-        "chosen_loss_mask": [1, 1, 0, 0, 1, 1, 0, 0, 1, 0, 0, 0],
         "rejected_ids": [21, 22, 23, 24, 25],
         "rejected_role": [1, 1, 3, 1, 2],
         "rejected_turn": [0, 0, 0, 1, 1],
-        "rejected_loss_mask": [1, 1, 0, 1, 0],
-        "window_n": 3,
         "label_reason": "efficiency",
         "chosen_success": True,
         "rejected_success": True,
@@ -128,7 +129,7 @@ def test_exactly_the_masked_in_tokens_are_highlighted():
     for side in ("chosen", "rejected"):
         toks = [t for t in p.tokens if t["section"] == side]
         highlighted = [k for k, t in enumerate(toks) if si.IN_LOSS in t["classes"]]
-        assert highlighted == [k for k, m in enumerate(pair[f"{side}_loss_mask"]) if m == 1]
+        assert highlighted == [k for k, m in enumerate(MASK_N3[side]) if m == 1]
     assert not any(si.IN_LOSS in t["classes"] for t in p.tokens if t["section"] == "prefix")
 
 
@@ -266,5 +267,8 @@ def test_html_table_escapes():
 def test_meta_mentions_kind_and_window(kind):
     html = si.render_pair(make_pair(kind=kind))
     assert f"{kind} / efficiency" in html
-    assert "first 3 assistant turns" in html
+    # the window the trainer builds: n turns for local pairs, every assistant turn for episode pairs
+    assert ("first 3 assistant turns" in html) == (kind == "local")
+    assert ("all assistant turns" in html) == (kind == "episode")
+    assert "first 1 assistant turns" in si.render_pair(make_pair(), window_n=1)
     assert ("branch</b>" in html) == (kind == "local")

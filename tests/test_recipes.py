@@ -117,6 +117,22 @@ def test_unknown_recipe_key_fails_loudly(tmp_path):
         parse(["--config", "recipes/tiny.yaml", "--train_window", "3"])
 
 
+def test_a_removed_key_names_the_key_that_replaces_it(tmp_path):
+    from selskill.config import load_recipe
+
+    old = tmp_path / "old.yaml"
+    old.write_text(Path("recipes/tiny.yaml").read_text() + "label_episode_fraction: 0.5\n")
+    match = "label_episode_fraction was removed: .*train_local_fraction"
+    for argv in (
+        ["--config", str(old)],
+        ["--config", "recipes/tiny.yaml", "--label_episode_fraction", "0.5"],
+    ):
+        with pytest.raises(ValueError, match=match):
+            load_recipe(argv)
+        with pytest.raises(ValueError, match=match):
+            parse(argv)  # the train stage parses only its sections: still refused
+
+
 def test_training_parses_only_its_sections():
     """The train stage builds run, policy and train: other sections' keys pass unchecked, and
     parsing loads no stage, environment or init code (it once loaded 43 selskill modules)."""

@@ -8,7 +8,8 @@ import pytest
 from selskill.data.schema import ROLE_ASSISTANT, ROLE_OBSERVATION, ROLE_PROMPT
 from selskill.metrics import compute_metrics, paired_sr_difference
 from selskill.stages.branch import BranchConfig, select_points, turn_scores
-from selskill.stages.label import completion, episode_pairs, local_pair, mix
+from selskill.stages.label import completion, episode_pairs, local_pair
+from selskill.train.pairs import loss_mask
 
 
 def _cands():
@@ -101,7 +102,7 @@ def test_success_beats_failure_and_best_per_arm():
         _fork("s0", "skip", False, 2),
         _fork("s1", "skip", False, 3),
     ]
-    p = local_pair(BRANCH, forks, 3, d)
+    p = local_pair(BRANCH, forks, d)
     assert p["label_reason"] == "success_vs_failure" and p["chosen_arm"] == "invoke"
     assert p["chosen_source"] == "i1" and p["rejected_source"] == "s0"
     assert p["prompt_ids"] == [1, 2, 3]
@@ -109,10 +110,10 @@ def test_success_beats_failure_and_best_per_arm():
 
 def test_efficiency_ties_and_both_failed():
     d = Counter()
-    p = local_pair(BRANCH, [_fork("i0", "invoke", True, 7), _fork("s0", "skip", True, 4)], 3, d)
+    p = local_pair(BRANCH, [_fork("i0", "invoke", True, 7), _fork("s0", "skip", True, 4)], d)
     assert p["label_reason"] == "efficiency" and p["chosen_arm"] == "skip" and p["chosen_steps"] == 4
-    assert local_pair(BRANCH, [_fork("i0", "invoke", True, 4), _fork("s0", "skip", True, 4)], 3, d) is None
-    assert local_pair(BRANCH, [_fork("i0", "invoke", False, 4), _fork("s0", "skip", False, 2)], 3, d) is None
+    assert local_pair(BRANCH, [_fork("i0", "invoke", True, 4), _fork("s0", "skip", True, 4)], d) is None
+    assert local_pair(BRANCH, [_fork("i0", "invoke", False, 4), _fork("s0", "skip", False, 2)], d) is None
     assert d == {"local_tie": 1, "local_both_failed": 1}
 
 
@@ -122,36 +123,36 @@ def test_efficiency_counts_decisions_not_environment_commands():
     # the skip arm's two actions, one decision fewer, so invoking wins
     inv, skp = _fork("i0", "invoke", True, 3), _fork("s0", "skip", True, 4)
     inv["env_steps_after_branch"] = skp["env_steps_after_branch"] = 4
-    p = local_pair(BRANCH, [inv, skp], 3, d)
+    p = local_pair(BRANCH, [inv, skp], d)
     assert p["label_reason"] == "efficiency" and p["chosen_arm"] == "invoke"
     assert (p["chosen_steps"], p["rejected_steps"]) == (3, 4)
     # a redundant memory call runs no command but costs a decision: skipping wins
     inv, skp = _fork("i0", "invoke", True, 5), _fork("s0", "skip", True, 4)
     inv["env_steps_after_branch"] = skp["env_steps_after_branch"] = 4
-    assert local_pair(BRANCH, [inv, skp], 3, d)["chosen_arm"] == "skip"
+    assert local_pair(BRANCH, [inv, skp], d)["chosen_arm"] == "skip"
 
 
 def test_malformed_chosen_side_is_never_kept_and_errors_are_ignored():
     d = Counter()
     forks = [_fork("i0", "invoke", True, 3, malformed=1), _fork("s0", "skip", False, 2)]
-    assert local_pair(BRANCH, forks, 3, d) is None and d["local_chosen_malformed"] == 1
+    assert local_pair(BRANCH, forks, d) is None and d["local_chosen_malformed"] == 1
     forks = [
         _fork("i0", "invoke", True, 3, malformed=1),
         _fork("i1", "invoke", True, 6),
         _fork("s0", "skip", False, 2),
     ]
-    assert local_pair(BRANCH, forks, 3, d)["chosen_source"] == "i1"
+    assert local_pair(BRANCH, forks, d)["chosen_source"] == "i1"
     forks = [_fork("i0", "invoke", True, 3, err=True), _fork("s0", "skip", False, 2)]
-    assert local_pair(BRANCH, forks, 3, d) is None and d["local_missing_arm"] == 1
+    assert local_pair(BRANCH, forks, d) is None and d["local_missing_arm"] == 1
 
 
-def test_loss_window_covers_only_assistant_tokens_of_the_first_n_turns():
+def test_label_records_roles_and_turns_and_train_builds_the_window_from_them():
     f = _fork("i0", "invoke", True, 3)
-    c = completion(f["token_ids"], f["role"], f["turn"], 3, 1, 2)
-    assert c["turn"] == [0, 0, 0, 1, 1, 2]
-    assert c["mask"] == [1, 1, 0, 1, 0, 0]
-    assert completion(f["token_ids"], f["role"], f["turn"], 3, 1, 1)["mask"] == [1, 1, 0, 0, 0, 0]
-    assert completion(f["token_ids"], f["role"], f["turn"], 3, 1, -1)["mask"] == [1, 1, 0, 1, 0, 1]
+    c = completion(f["token_ids"], f["role"], f["turn"], 3, 1)
+    assert c["turn"] == [0, 0, 0, 1, 1, 2] and "mask" not in c  # the window is the trainer's alone
+    assert loss_mask(c["role"], c["turn"], "local", 2).tolist() == [1, 1, 0, 1, 0, 0]
+    assert loss_mask(c["role"], c["turn"], "local", 1).tolist() == [1, 1, 0, 0, 0, 0]
+    assert loss_mask(c["role"], c["turn"], "local", None).tolist() == [1, 1, 0, 1, 0, 1]
 
 
 def _rollout(rid, success, steps, malformed=0, err=False):
@@ -187,17 +188,11 @@ def test_episode_pairs_shortest_success_vs_longest_failures():
     ]
     pairs = episode_pairs(rows, 3, d)
     assert [(p["chosen_source"], p["rejected_source"]) for p in pairs] == [("c", "e"), ("c", "f"), ("c", "d")]
-    assert all(p["chosen_loss_mask"] == [1, 0] for p in pairs) and d["episode_env_error"] == 1
+    assert (
+        all(p["chosen_role"] == [1, 2] and p["chosen_turn"] == [0, 0] for p in pairs)
+        and d["episode_env_error"] == 1
+    )
     assert episode_pairs([_rollout("a", True, 3)], 3, d) == [] and d["episode_no_contrast"] == 1
-
-
-def test_mix_reaches_the_requested_share():
-    pairs = [{"kind": "episode", "pair_id": f"e{i}"} for i in range(30)] + [
-        {"kind": "local", "pair_id": f"l{i}"} for i in range(10)
-    ]
-    out = mix(pairs, 0.5, random.Random(0))
-    assert Counter(p["kind"] for p in out) == {"episode": 10, "local": 10}
-    assert mix(pairs, -1, random.Random(0)) == pairs
 
 
 def _ep(success, calls, precise, steps, malformed=0, turns=10, task="t"):

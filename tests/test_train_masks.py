@@ -47,9 +47,8 @@ def test_tokens_before_the_branch_are_never_in_a_local_window():
     assert loss_mask([A, B, A], [-1, -1, 0], "local", None).tolist() == [0, 0, 1]
 
 
-def _row(pair_id, kind, prompt, chosen, rejected, window_n=3):
-    """PAIR_SCHEMA row from (ids, roles, turns) triples; stored masks = the default for window_n."""
-    n = None if kind == "episode" or window_n == -1 else window_n
+def _row(pair_id, kind, prompt, chosen, rejected):
+    """PAIR_SCHEMA row from (ids, roles, turns) triples (no mask: the trainer builds it)."""
     return {
         "pair_id": pair_id,
         "kind": kind,
@@ -63,9 +62,6 @@ def _row(pair_id, kind, prompt, chosen, rejected, window_n=3):
         "rejected_role": rejected[1],
         "chosen_turn": chosen[2],
         "rejected_turn": rejected[2],
-        "chosen_loss_mask": loss_mask(chosen[1], chosen[2], kind, n).tolist(),
-        "rejected_loss_mask": loss_mask(rejected[1], rejected[2], kind, n).tolist(),
-        "window_n": -1 if kind == "episode" else window_n,
         "label_reason": "efficiency",
         "chosen_success": True,
         "rejected_success": True,
@@ -111,17 +107,18 @@ def test_shards_to_examples_rebuild_the_window_for_any_n(pair_shards, n):
     assert local["rejected_loss_mask"] == loss_mask(REJECTED[1], REJECTED[2], "local", n).tolist()
     assert episode["chosen_loss_mask"] == [int(r == A) for r in ROLE]
     assert local["prompt_ids"] == PROMPT and local["chosen_ids"] == CHOSEN[0]
-    assert stats.stored_mask_mismatch == 0  # stored masks (n=3) are only compared when n matches
     assert dict(stats.trained) == {"episode": 1, "local": 1}
 
 
-def test_a_stored_mask_that_disagrees_with_role_and_turn_is_counted():
-    row = _row("bad", "local", PROMPT, CHOSEN, REJECTED)
-    row["chosen_loss_mask"] = [1] * len(CHOSEN[0])  # e.g. a label stage that trains observations
-    table = pa.Table.from_pylist([row], schema=PAIR_SCHEMA)
-    (example,), stats = build_examples(table, n=3, policy=FitPolicy(trim_after_window=False))
-    assert stats.stored_mask_mismatch == 1 and "differ" in stats.report()
-    assert example["chosen_loss_mask"] == EXPECTED[3]  # the rebuilt mask is the one trained
+def test_pair_rows_carry_no_loss_window_only_what_train_builds_it_from():
+    assert not {"chosen_loss_mask", "rejected_loss_mask", "window_n"} & set(PAIR_SCHEMA.names)
+    assert {"chosen_role", "chosen_turn", "rejected_role", "rejected_turn"} <= set(PAIR_SCHEMA.names)
+
+
+@pytest.mark.parametrize("bad", [0, -1])
+def test_a_window_n_below_one_is_not_a_window(bad):
+    with pytest.raises(ValueError, match="window n must be >= 1 or None"):
+        loss_mask(ROLE, TURN, "local", bad)
 
 
 def test_completion_after_the_window_is_dropped_and_counted(pair_shards):

@@ -59,7 +59,7 @@ def _trainer(tok, examples, tmp_path, **kw):
 
 def _local_example(tok, n=1, pair_id="m0"):
     """A local pair whose n=1 window leaves observations, a skill return and later turns outside the mask."""
-    row = pair_row(tok, pair_id, "local", [SYSTEM, TASK], GOOD, BAD, window_n=n)
+    row = pair_row(tok, pair_id, "local", [SYSTEM, TASK], GOOD, BAD)
     return {
         "pair_id": pair_id,
         "kind": "local",
@@ -395,7 +395,11 @@ def test_errors_name_the_missing_input_and_the_fix(tok, tmp_path, capsys):
     with pytest.raises(
         ValueError, match="train_window_n must be a positive number of assistant turns or 'all'"
     ):
-        parse(_argv(tmp_path, "--train_window_n", "0"))
+        parse(_argv(tmp_path, "--train_window_n", "two"))
+    for old in ("0", "-1", "null"):  # older spellings of "every turn": one spelling now
+        with pytest.raises(ValueError, match="train_window_n: .* is spelled `train_window_n: all`"):
+            parse(_argv(tmp_path, "--train_window_n", old))
+    assert parse(_argv(tmp_path, "--train_window_n", "ALL"))[2].window_turns is None
     with pytest.raises(SystemExit):
         parse(_argv(tmp_path, "--train_branch_pools", "entropy"))
     assert "invalid choice: 'entropy'" in capsys.readouterr().err

@@ -6,7 +6,6 @@ import json
 
 from selskill.data.schema import ROLE_ASSISTANT, ROLE_OBSERVATION, ROLE_PROMPT, ROLE_SKILL_RETURN
 from selskill.policy.bootstrap import TinyArch, build_model, train_tokenizer
-from selskill.train.pairs import loss_mask
 
 A, B, S, P = ROLE_ASSISTANT, ROLE_OBSERVATION, ROLE_SKILL_RETURN, ROLE_PROMPT
 
@@ -79,13 +78,11 @@ def pair_row(
     prompt: list[tuple[str, str]],
     chosen: list[tuple[str, str]],
     rejected: list[tuple[str, str]],
-    window_n: int = 3,
 ) -> dict:
     """A valid PAIR_SCHEMA row; the completions start with the branch turn (turn 0)."""
     prompt_ids, _, _ = render_side(tok, prompt)
     c_ids, c_role, c_turn = render_side(tok, chosen)
     r_ids, r_role, r_turn = render_side(tok, rejected)
-    n = None if window_n == -1 or kind == "episode" else window_n
     return {
         "pair_id": pair_id,
         "kind": kind,
@@ -99,9 +96,6 @@ def pair_row(
         "rejected_role": r_role,
         "chosen_turn": c_turn,
         "rejected_turn": r_turn,
-        "chosen_loss_mask": loss_mask(c_role, c_turn, kind, n).tolist(),
-        "rejected_loss_mask": loss_mask(r_role, r_turn, kind, n).tolist(),
-        "window_n": -1 if kind == "episode" else window_n,
         "label_reason": "success_vs_failure",
         "chosen_success": True,
         "rejected_success": False,
@@ -144,7 +138,7 @@ BAD = [
 ]
 
 
-def fixture_rows(tok, n_pairs: int = 8, window_n: int = 3) -> list[dict]:
+def fixture_rows(tok, n_pairs: int = 8) -> list[dict]:
     """Alternating local/episode pairs with slightly different prompts (for training runs)."""
     rows = []
     for i in range(n_pairs):
@@ -156,5 +150,5 @@ def fixture_rows(tok, n_pairs: int = 8, window_n: int = 3) -> list[dict]:
         else:
             prompt = head
             chosen, rejected = [("assistant", CORPUS[2]), ("user", CORPUS[4])] + GOOD, BAD
-        rows.append(pair_row(tok, f"p{i:03d}", kind, prompt, chosen, rejected, window_n=window_n))
+        rows.append(pair_row(tok, f"p{i:03d}", kind, prompt, chosen, rejected))
     return rows

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from selskill.agent import alfworld
 from selskill.config.names import ADMISSIBLE_STYLES
 from selskill.config.names import TURN_STYLES as STYLES
 
@@ -28,10 +29,7 @@ ACTION_CLOSE = "</action>"
 TOOL_CALL_OPEN = "<tool_call>"
 TOOL_CALL_CLOSE = "</tool_call>"
 
-_ALWAYS_AVAILABLE = ("go to ", "examine ", "look", "inventory", "help")
 DECISIONS: tuple[str, ...] = ("invoke", "skip")
-
-DEFAULT_INTRO = "You are an agent solving a task in a text-based household environment."
 
 # One separator style for every tool call, so a rendered call, a forced prefix and the
 # system prompt's example tokenize the same way.
@@ -99,8 +97,7 @@ def forced_prefix(decision: Decision, skill: str | None = None, think: str | Non
     raise ValueError(f"decision must be one of {DECISIONS}, got {decision!r}")
 
 
-def _format_section(style: str, tool: bool = True) -> str:
-    action_example = "go to desk 1"
+def _format_section(style: str, tool: bool, action_example: str, arguments: Mapping[str, object]) -> str:
     call_example = render_skill_call("skill_name")
     if not tool:
         if style == "compact":
@@ -132,7 +129,7 @@ def _format_section(style: str, tool: bool = True) -> str:
         "Output format, either\n"
         f"{render_action(action_example, think=think)}\n"
         "or\n"
-        f"{render_skill_call('skill_name', {'object': 'mug 1'}, think=think)}"
+        f"{render_skill_call('skill_name', arguments, think=think)}"
     )
 
 
@@ -172,10 +169,16 @@ class TurnFormat:
 
     style: Style = "thinking"
     show_admissible_commands: bool = True
-    intro: str = DEFAULT_INTRO
-    # "all" lists every admissible command; "local" leaves out the ones that are always
-    # available (go to / examine a receptacle, look, inventory, help), which the first
-    # observation already names: it roughly halves the prompt of a small policy.
+    # The environment's words (ALFWorld's by default: `selskill.agent.alfworld`); the
+    # structure around them is the same for every environment.
+    intro: str = alfworld.INTRO
+    example_command: str = alfworld.EXAMPLE_COMMAND
+    example_arguments: tuple[tuple[str, str], ...] = alfworld.EXAMPLE_ARGUMENTS
+    always_available: tuple[str, ...] = alfworld.ALWAYS_AVAILABLE
+    task_prefix: str = alfworld.TASK_PREFIX
+    command_separator: str = alfworld.COMMAND_SEPARATOR
+    # "all" lists every admissible command; "local" leaves out the `always_available` ones,
+    # which the first observation already names: it roughly halves the prompt of a small policy.
     admissible_style: str = "all"
     # "listed": skills by description + the skill tool (the method's setting); "none": no
     # skills at all; "context": skill bodies as plain text, no tool (Appendix D baselines).
@@ -199,7 +202,7 @@ class TurnFormat:
     def shown_commands(self, admissible_commands: Sequence[str]) -> list[str]:
         if self.admissible_style == "all":
             return list(admissible_commands)
-        return [c for c in admissible_commands if not c.startswith(_ALWAYS_AVAILABLE)]
+        return [c for c in admissible_commands if not c.startswith(self.always_available)]
 
     @property
     def thinks(self) -> bool:
@@ -215,7 +218,8 @@ class TurnFormat:
             parts.append(_context_section(listing))
         if self.instruction.strip():
             parts.append(self.instruction.strip())
-        parts.append(_format_section(self.style, tool=self.skills_section == "listed"))
+        tool = self.skills_section == "listed"
+        parts.append(_format_section(self.style, tool, self.example_command, dict(self.example_arguments)))
         return "\n\n".join(parts)
 
     def system_message(self, listing: str) -> dict:
@@ -228,12 +232,12 @@ class TurnFormat:
         task: str | None = None,
     ) -> str:
         parts = [observation.strip()]
-        # ALFWorld's first observation usually already ends with the task line.
+        # the first observation may already end with the task line
         if task and task.strip() not in observation:
-            parts.append(f"Your task is to: {task.strip()}")
+            parts.append(f"{self.task_prefix}{task.strip()}")
         if self.show_admissible_commands and admissible_commands is not None:
-            # "; " never occurs inside an ALFWorld command, unlike ", ".
-            parts.append("Admissible commands: " + "; ".join(self.shown_commands(admissible_commands)))
+            shown = self.command_separator.join(self.shown_commands(admissible_commands))
+            parts.append("Admissible commands: " + shown)
         return "\n".join(p for p in parts if p)
 
     def observation_message(

@@ -118,6 +118,7 @@ def parse_sections(argv: Sequence[str] | None = None, dataclass_types: Sequence[
     parser = make_parser(types)
     argv = list(argv) if argv is not None else None
     check_recipe_file(argv)
+    check_removed_keys(argv)
     known = {f.name for t in every for f in dataclasses.fields(t)}
     try:
         if set(types) == set(every):
@@ -207,12 +208,37 @@ def check_sections(sections: Sequence) -> None:
         check_at_least(init, 0, "init_bfcl_tasks", why="0 = every task of the train split")
 
 
+# Keys that no longer exist, with what replaces them: an old recipe fails naming its key and the fix
+# instead of the generic "unknown argument".
+REMOVED_KEYS = {
+    "label_episode_fraction": "kinds are mixed in one place, the train section: label writes every pair it "
+    "finds. Remove it and set train_local_fraction (the share of local pairs, 1 - the old value) instead; "
+    "for one kind only, train_pair_kinds: episode or local",
+}
+
+
+def _config_paths(args: list[str]) -> list[str]:
+    paths = [args[i + 1] for i, a in enumerate(args[:-1]) if a == "--config"]
+    return paths + [a.split("=", 1)[1] for a in args if a.startswith("--config=")]
+
+
+def check_removed_keys(argv: Sequence[str] | None) -> None:
+    """Refuse a key of REMOVED_KEYS in the recipe file or on the command line, naming its replacement."""
+    import yaml
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    used = {a[2:].split("=", 1)[0] for a in args if a.startswith("--")}
+    for path in _config_paths(args):
+        data = yaml.safe_load(Path(path).read_text()) or {}
+        used |= set(data) if isinstance(data, dict) else set()
+    for key in sorted(used & set(REMOVED_KEYS)):
+        raise ValueError(f"recipe key {key} was removed: {REMOVED_KEYS[key]}")
+
+
 def check_recipe_file(argv: Sequence[str] | None) -> None:
     """`--config PATH` must exist: say so, with the recipes there are, before any parsing."""
     args = list(sys.argv[1:] if argv is None else argv)
-    paths = [args[i + 1] for i, a in enumerate(args[:-1]) if a == "--config"]
-    paths += [a.split("=", 1)[1] for a in args if a.startswith("--config=")]
-    for path in paths:
+    for path in _config_paths(args):
         if not Path(path).is_file():
             where = Path(path).parent
             found = sorted(str(p) for p in where.glob("*.yaml")) if where.is_dir() else []

@@ -84,20 +84,20 @@ class LabelConfig:
     label_episode_max_rejected: int = field(
         default=3, metadata={"help": "failures paired with a task's best success"}
     )
-    label_episode_fraction: float = field(
-        default=-1.0,
-        metadata={"help": "target share of episode pairs after downsampling the other kind (-1 = keep all)"},
+    label_kinds: str = field(
+        default="both",
+        metadata={
+            "help": "pair kinds to compute: both | episode | local. It decides what label reads, not what is "
+            "trained: `episode` needs no branch or fork stage (a recipe without forks). Which of the written "
+            "pairs are trained, and in what mix, is the train section's (train_pair_kinds, train_local_fraction)"
+        },
     )
-    label_kinds: str = field(default="both", metadata={"help": "pair kinds to write: both | episode | local"})
 
     def __post_init__(self):
         check_choice(self, "label_kinds", LABEL_KINDS)
         check_at_least(
             self, 1, "label_episode_max_rejected", why="failures paired with a task's best success"
         )
-        f = self.label_episode_fraction
-        if not (f == -1 or 0 <= f <= 1):
-            raise bad_value("label_episode_fraction", f, "in [0, 1], or -1", "-1 keeps every pair")
 
 
 @dataclass

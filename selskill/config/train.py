@@ -44,18 +44,30 @@ def deepspeed_launch() -> bool:
     return os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true"
 
 
+WINDOW_ALL = "all"  # the one recipe spelling of "every assistant turn after the branch"
+
+
 def parse_window_n(value: object) -> int | None:
-    """`3` / `"3"` -> 3; `"all"` / `-1` -> None (every assistant turn after the branch)."""
+    """`train_window_n` -> the window's one internal value: n >= 1 turns, or None for `all`.
+
+    One spelling per meaning, so that two recipes that mean the same window are spelled the
+    same (and a -1 or 0 left over from an older recipe is refused, not read as `all`).
+    """
     text = str(value).strip().lower()
-    if text in ("all", "-1"):
+    if text == WINDOW_ALL:
         return None
+    if text in ("-1", "0", "none", "null", ""):
+        raise ValueError(
+            f"train_window_n: {value!r} is not a window; every assistant turn after the branch is spelled "
+            f"`train_window_n: {WINDOW_ALL}` (otherwise a positive number of assistant turns, e.g. 3)"
+        )
     try:
         n = int(text)
     except ValueError:
         n = 0
     if n < 1:
         raise ValueError(
-            f"train_window_n must be a positive number of assistant turns or 'all'; got {value!r} "
+            f"train_window_n must be a positive number of assistant turns or '{WINDOW_ALL}'; got {value!r} "
             f"(the paper uses 3; its ablation compares 1, 3 and all)"
         )
     return n
@@ -79,7 +91,8 @@ class TrainConfig(DPOConfig):
         metadata={
             "help": "share of local pairs in the training set when both kinds are trained: a value in (0, 1) "
             "subsamples the over-represented kind (seeded) until local pairs make up this share; -1 keeps every "
-            "pair (the natural mix)"
+            "pair (the natural mix). The one place kinds are mixed: label writes every pair it finds, so "
+            "ablations that reuse one label stage differ only in train_* keys"
         },
     )
     train_branch_pools: str = field(
@@ -102,7 +115,9 @@ class TrainConfig(DPOConfig):
         default="3",
         metadata={
             "help": "local pairs train the assistant tokens of the first n assistant turns after the branch: "
-            "1, 3 (paper) or all. Episode pairs always train every assistant token."
+            "1, 3 (paper) or all (the one spelling of every turn; -1, 0 and null are refused). Episode pairs "
+            "always train every assistant token. The trainer builds this window from each token's role and "
+            "turn; pair shards store no mask, so one label stage serves every n."
         },
     )
     train_keep_head_messages: int = field(
@@ -177,8 +192,8 @@ class TrainConfig(DPOConfig):
             )
         if self.train_keep_head_messages < 0:
             raise ValueError(f"train_keep_head_messages must be >= 0; got {self.train_keep_head_messages}")
-        self.train_window_n = str(self.train_window_n).strip().lower()
-        parse_window_n(self.train_window_n)
+        n = parse_window_n(self.train_window_n)
+        self.train_window_n = WINDOW_ALL if n is None else str(n)
         if self.max_length is not None and self.max_length < 8:
             raise ValueError(
                 f"max_length must be at least 8 tokens (or null for no limit); got {self.max_length}"

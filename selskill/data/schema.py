@@ -127,11 +127,7 @@ PAIR_SCHEMA = pa.schema(
         ("rejected_role", pa.list_(pa.int8())),
         ("chosen_turn", pa.list_(pa.int16())),
         ("rejected_turn", pa.list_(pa.int16())),
-        # 1 only on assistant tokens inside the recipe's window (default mask; the trainer can
-        # rebuild it for any n from role + turn)
-        ("chosen_loss_mask", pa.list_(pa.int8())),
-        ("rejected_loss_mask", pa.list_(pa.int8())),
-        ("window_n", pa.int32()),  # n of the default mask; -1 = all assistant turns
+        # no loss mask: the trainer alone builds the window from role + turn (selskill.train.pairs)
         ("label_reason", pa.string()),  # success_vs_failure | efficiency
         ("chosen_success", pa.bool_()),
         ("rejected_success", pa.bool_()),
@@ -163,8 +159,8 @@ _PER_TOKEN_GROUPS = {
     "rollout": [("token_ids", "logprob", "entropy", "role", "turn")],
     "fork": [("token_ids", "logprob", "entropy", "role", "turn")],
     "pair": [
-        ("chosen_ids", "chosen_role", "chosen_turn", "chosen_loss_mask"),
-        ("rejected_ids", "rejected_role", "rejected_turn", "rejected_loss_mask"),
+        ("chosen_ids", "chosen_role", "chosen_turn"),
+        ("rejected_ids", "rejected_role", "rejected_turn"),
     ],
 }
 

@@ -50,12 +50,14 @@ from __future__ import annotations
 
 import ast
 import copy
+import functools
 import importlib
 import inspect
 import itertools
 import json
 import os
 import re
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cache
@@ -627,3 +629,52 @@ class BfclEnv:
             env_steps=env_steps,
             info=info,
         )
+
+
+@dataclass(frozen=True)
+class TaskRecord:
+    task_id: str  # <split>/<BFCL id>
+    task_type: str  # the BFCL category: metrics per task type are metrics per category
+
+
+@dataclass
+class BfclTaskIndex:
+    """The BFCL tasks of one split, in the shape the stages read from ALFWorld's `GameIndex`."""
+
+    split: str
+    categories: tuple[str, ...]
+    scenarios: tuple[int, ...]
+    withheld_callable: bool = False
+    games: list[TaskRecord] = field(default_factory=list)
+    skipped: Counter = field(default_factory=Counter)  # nothing is skipped: every task plays
+    patched: int = 0
+
+    def by_id(self) -> dict[str, TaskRecord]:
+        return {g.task_id: g for g in self.games}
+
+    def summary(self) -> str:
+        return f"{len(self.games)} BFCL tasks ({', '.join(self.categories)}) in split {self.split}"
+
+    def env_factory(self):
+        """A picklable factory (episodes may run in a child process, which loads the tasks itself)."""
+        return functools.partial(
+            BfclEnv,
+            categories=self.categories,
+            scenarios=self.scenarios,
+            withheld_callable=self.withheld_callable,
+            id_prefix=f"{self.split}/",
+        )
+
+
+def task_index(
+    split: str, categories: Sequence[str], scenarios: Sequence[int], withheld_callable: bool = False
+) -> BfclTaskIndex:
+    """The tasks of `scenarios` in `categories`, with ids `<split>/<BFCL id>`."""
+    tasks = load_tasks(categories, scenarios)
+    return BfclTaskIndex(
+        split,
+        tuple(categories),
+        tuple(scenarios),
+        withheld_callable,
+        [TaskRecord(f"{split}/{t.id}", t.category) for t in tasks],
+    )

@@ -10,13 +10,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from selskill.agent.benchmarks import DEFAULT_BENCHMARK, benchmark
 from selskill.agent.runner import EpisodeSpec
 from selskill.config.rollout import RolloutConfig
 from selskill.config.run import PolicyConfig, RunConfig
 from selskill.config.stages import EvalConfig
 from selskill.data.layout import StageDir
 from selskill.data.shards import write_json_atomic
-from selskill.metrics import compute_metrics, metrics_by_task_type, step_measure
+from selskill.metrics import compute_metrics, metrics_by_task_type
 from selskill.stages.common import (
     StageInputs,
     StageStats,
@@ -56,13 +57,13 @@ def evaluate_rows(
 ) -> list[dict]:
     rows = []
     for split in cfg.splits:
-        if games_root is not None:  # an ALFWorld games directory (selskill eval --games)
-            from selskill.envs.alfworld import find_games
-
-            if run.benchmark != "alfworld":
-                raise ValueError(f"--games names ALFWorld games; benchmark {run.benchmark} has its own tasks")
-
-            index = find_games(games_root, splits=split, grammar=run.alfworld_grammar)
+        if games_root is not None:  # a directory of the env's tasks (selskill eval --games)
+            from_dir = benchmark(run.benchmark).index_from_dir
+            if from_dir is None:
+                raise ValueError(
+                    f"--games names a games directory; benchmark {run.benchmark} has its own tasks"
+                )
+            index = from_dir(run, games_root, split)
         else:
             index = game_index(run, split)
         record_skipped_games(stats, index)
@@ -98,9 +99,9 @@ def evaluate_rows(
     return rows
 
 
-def summarize(rows: list[dict], cfg: EvalConfig, seed: int, env: str = "alfworld") -> dict:
+def summarize(rows: list[dict], cfg: EvalConfig, seed: int, env: str = DEFAULT_BENCHMARK) -> dict:
     """Metrics per split, overall and per task type (BFCL: per category); steps as `env` counts them."""
-    steps = step_measure(env).episode
+    steps = benchmark(env).steps.episode
     out = {}
     for split in cfg.splits:
         split_rows = [r for r in rows if r["task_id"].startswith(f"{split}/")]
@@ -142,8 +143,9 @@ def run_eval(
         "mode": cfg.eval_mode,
         "splits": summarize(rows, cfg, seed, run.benchmark),
     }
-    if run.benchmark != "alfworld":  # ALFWorld's metrics.json keeps its keys
-        metrics.update(benchmark=run.benchmark, steps=step_measure(run.benchmark).what)
+    spec = benchmark(run.benchmark)
+    if spec.tags_metrics:
+        metrics.update(benchmark=spec.name, steps=spec.steps.what)
     write_json_atomic(metrics, stage.path / "metrics.json")
     return metrics
 

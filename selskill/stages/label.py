@@ -17,19 +17,19 @@ invoking"). Counted in
 decisions, a useful executable skill saves steps (one call for several actions) and a
 redundant or premature call wastes one, as in the paper's Table 8. A side that contains a malformed turn is never chosen, and episodes the
 engine broke (`error`) are never used. Every pair carries, per completion token, its role
-and assistant-turn index counted from the branch, so the trainer can build the n-turn loss
-window for any n; the default mask (the recipe's n) is stored as well.
+and assistant-turn index counted from the branch, and nothing about a loss window: the
+trainer alone builds the window from them, so the replication's n=1/3/all variants share
+one set of pair shards. Label writes every pair it finds; which kinds and pools are
+trained, in what mix and how many, is the train section's (`selskill.train.pairs`).
 """
 
 from __future__ import annotations
 
-import random
 from collections import Counter, defaultdict
 
 from selskill.config.run import RunConfig
 from selskill.config.stages import LabelConfig
 from selskill.data.layout import StageDir
-from selskill.data.schema import ROLE_ASSISTANT
 from selskill.metrics import StepMeasure, step_measure
 from selskill.stages.common import (
     StageInputs,
@@ -37,22 +37,15 @@ from selskill.stages.common import (
     read_stage,
     run_rank,
     shard_items,
-    stable_seed,
 )
 
-CODE_VERSION = 1  # bump when a change alters the rows this stage writes (completed ranks are then refused)
+CODE_VERSION = 2  # bump when a change alters the rows this stage writes (completed ranks are then refused)
 
 
-def completion(token_ids, role, turn, start: int, base_turn: int, window_n: int) -> dict:
-    """Completion tokens from `start` with roles, turn index from the branch, and the default mask."""
-    ids = list(token_ids[start:])
-    roles = list(role[start:])
+def completion(token_ids, role, turn, start: int, base_turn: int) -> dict:
+    """Completion tokens from `start` with their roles and turn index from the branch."""
     rel = [max(int(t) - base_turn, 0) for t in turn[start:]]
-    mask = [
-        1 if r == ROLE_ASSISTANT and (window_n < 0 or k < window_n) else 0
-        for r, k in zip(roles, rel, strict=True)
-    ]
-    return {"ids": ids, "role": roles, "turn": rel, "mask": mask}
+    return {"ids": list(token_ids[start:]), "role": list(role[start:]), "turn": rel}
 
 
 def _pair(
@@ -89,9 +82,6 @@ def _pair(
         "rejected_role": rejected["role"],
         "chosen_turn": chosen["turn"],
         "rejected_turn": rejected["turn"],
-        "chosen_loss_mask": chosen["mask"],
-        "rejected_loss_mask": rejected["mask"],
-        "window_n": chosen.get("window_n", -1),
         "label_reason": reason,
         "chosen_success": bool(c_row["success"]),
         "rejected_success": bool(r_row["success"]),
@@ -134,8 +124,8 @@ def episode_pairs(
         if loss["token_ids"][: loss["n_prompt_tokens"]] != best["token_ids"][:n_prompt]:
             discards["episode_prompt_mismatch"] += 1
             continue
-        c = completion(best["token_ids"], best["role"], best["turn"], n_prompt, 0, -1)
-        r = completion(loss["token_ids"], loss["role"], loss["turn"], n_prompt, 0, -1)
+        c = completion(best["token_ids"], best["role"], best["turn"], n_prompt, 0)
+        r = completion(loss["token_ids"], loss["role"], loss["turn"], n_prompt, 0)
         out.append(
             _pair(
                 "episode",
@@ -174,7 +164,7 @@ def _best(forks: list[dict], col: str = "steps_after_branch") -> dict | None:
 
 
 def local_pair(
-    branch: dict, forks: list[dict], window_n: int, discards: Counter, steps: StepMeasure | None = None
+    branch: dict, forks: list[dict], discards: Counter, steps: StepMeasure | None = None
 ) -> dict | None:
     """The best invoke vs the best skip continuation of `branch`, or None (the reason counted in `discards`)."""
     col = (steps or step_measure()).after_branch
@@ -205,11 +195,8 @@ def local_pair(
     if winner["token_ids"][:offset] != loser["token_ids"][:offset]:
         discards["local_prefix_mismatch"] += 1
         return None
-    c = completion(
-        winner["token_ids"], winner["role"], winner["turn"], offset, branch["turn_index"], window_n
-    )
-    r = completion(loser["token_ids"], loser["role"], loser["turn"], offset, branch["turn_index"], window_n)
-    c["window_n"] = window_n
+    c = completion(winner["token_ids"], winner["role"], winner["turn"], offset, branch["turn_index"])
+    r = completion(loser["token_ids"], loser["role"], loser["turn"], offset, branch["turn_index"])
     return _pair(
         "local",
         branch["task_id"],
@@ -231,25 +218,6 @@ def local_pair(
     )
 
 
-def mix(pairs: list[dict], episode_fraction: float, rng: random.Random) -> list[dict]:
-    """Downsample the over-represented kind so episode pairs make `episode_fraction` of the total."""
-    if episode_fraction < 0:
-        return pairs
-    ep = [p for p in pairs if p["kind"] == "episode"]
-    lo = [p for p in pairs if p["kind"] == "local"]
-    if episode_fraction >= 1:
-        return ep
-    if episode_fraction == 0:
-        return lo
-    if len(ep) / max(1, len(ep) + len(lo)) > episode_fraction:
-        keep = int(round(len(lo) * episode_fraction / (1 - episode_fraction)))
-        ep = rng.sample(ep, min(keep, len(ep)))
-    else:
-        keep = int(round(len(ep) * (1 - episode_fraction) / episode_fraction))
-        lo = rng.sample(lo, min(keep, len(lo)))
-    return sorted(ep + lo, key=lambda p: p["pair_id"])
-
-
 def yield_summary(pairs: list[dict], discards: Counter, n_tasks: int) -> dict:
     kinds = Counter(p["kind"] for p in pairs)
     reasons = Counter(f"{p['kind']}/{p['label_reason']}" for p in pairs)
@@ -267,8 +235,9 @@ def yield_summary(pairs: list[dict], discards: Counter, n_tasks: int) -> dict:
     }
 
 
-def run_label(run: RunConfig, cfg: LabelConfig, window_n: int, seed: int) -> bool:
-    """`window_n`: the recipe's local window (train_window_n; -1 = all) used for the stored default mask."""
+def run_label(run: RunConfig, cfg: LabelConfig, seed: int) -> bool:
+    """Every pair the round's rollouts and forks yield: train alone selects, mixes and masks them
+    (docs/design.md, "Who decides what about pairs"); `seed` is recorded with the stage's inputs."""
     stage = StageDir.of(run.runs_dir, run.exp, run.round, "label")
     local = cfg.label_kinds in ("both", "local")
     steps = step_measure(run.benchmark)
@@ -296,14 +265,10 @@ def run_label(run: RunConfig, cfg: LabelConfig, window_n: int, seed: int) -> boo
                     if f["task_id"] in mine:
                         forks[f["branch_id"]].append(f)
             for b in sorted(branches, key=lambda b: b["branch_id"]):
-                p = local_pair(b, forks[b["branch_id"]], window_n, discards, steps)
+                p = local_pair(b, forks[b["branch_id"]], discards, steps)
                 if p is not None:
                     pairs.append(p)
-        pairs = mix(
-            sorted(pairs, key=lambda p: p["pair_id"]),
-            cfg.label_episode_fraction,
-            random.Random(stable_seed(seed, run.round, "label", run.rank)),
-        )
+        pairs.sort(key=lambda p: p["pair_id"])
         stats.tokens = sum(
             len(p["chosen_ids"]) + len(p["rejected_ids"]) + len(p["prompt_ids"]) for p in pairs
         )
@@ -311,8 +276,6 @@ def run_label(run: RunConfig, cfg: LabelConfig, window_n: int, seed: int) -> boo
         stats.extra["yield"] = yield_summary(pairs, discards, len(tasks))
         return pairs
 
-    # window_n only sets the stored default mask: the trainer rebuilds the mask for any n from each token's
-    # role and turn, so it is not an input (the replication's n=1/3/all variants share these pairs)
     upstream = ("sample", "branch", "fork") if local else ("sample",)
     return run_rank(
         stage, "pair", run, StageInputs([run, cfg], seed, CODE_VERSION, upstream=upstream), compute

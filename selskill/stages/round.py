@@ -92,6 +92,7 @@ def paired_sr_between(runs_dir: str, exp: str, a: int, b: int) -> dict:
 
 
 def format_summary(summary: dict) -> str:
+    from selskill.agent.benchmarks import DEFAULT_BENCHMARK, benchmark
     from selskill.stages.evaluate import format_overall
 
     lines = [f"round {summary['round']} of {summary['exp']!r}: {summary['dir']}"]
@@ -107,7 +108,7 @@ def format_summary(summary: dict) -> str:
             o = m["overall"]
             lines.append(f"  {key.replace('metrics_', '')} {split} (n={o['episodes']}): {format_overall(o)}")
     prev = "init" if summary["round"] == 1 else f"R{summary['round'] - 1}"
-    things = "tasks" if summary.get("benchmark") == "bfcl" else "games"
+    things = benchmark(summary.get("benchmark") or DEFAULT_BENCHMARK).task_noun
     for split, d in (summary.get("paired_sr") or {}).items():
         if d.get("diff") is not None:
             lo, hi = d["ci"]

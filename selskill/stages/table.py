@@ -26,34 +26,18 @@ def ensure_init_policy(recipe: Recipe) -> Path | None:
     if recipe.policy.model_name_or_path:
         return None
     out = policy_dir(recipe.run.runs_dir, recipe.run.exp, 1)
-    if recipe.run.benchmark == "bfcl":
-        from selskill.init.bfcl import build_bfcl_init_policy_from_config
-        from selskill.stages.common import balanced_tasks
-        from selskill.stages.context import bfcl_index, turn_format
+    from selskill.agent.benchmarks import benchmark
+    from selskill.init.builders import init_builder
+    from selskill.stages.common import balanced_tasks
 
-        # the first init_bfcl_tasks train tasks in the order the sample stage takes them
-        tasks = balanced_tasks(bfcl_index(recipe.run, "train").games, recipe.init.init_bfcl_tasks)
-        return build_bfcl_init_policy_from_config(
-            recipe.init,
-            out,
-            run=recipe.run,
-            seed=recipe.seed,
-            task_ids=tasks,
-            fmt=turn_format(recipe.rollout, "bfcl"),
-            listing_style=recipe.rollout.listing_style,
-        )
-    from selskill.init.alfworld import build_init_policy_from_config
-    from selskill.stages.context import turn_format
+    spec = benchmark(recipe.run.benchmark)
 
-    return build_init_policy_from_config(
-        recipe.init,
-        out,
-        games_dir=recipe.run.games_dir,
-        seed=recipe.seed,
-        action_choice=recipe.rollout.action_choice,
-        fmt=turn_format(recipe.rollout),
-        listing_style=recipe.rollout.listing_style,
-    )
+    def train_tasks(n: int) -> list[str]:
+        # the first n train tasks in the order the sample stage takes them
+        return balanced_tasks(spec.task_index(recipe.run, "train").games, n)
+
+    build = init_builder(spec.name)
+    return build(recipe, out, fmt=spec.turn_format(recipe.rollout), train_tasks=train_tasks)
 
 
 def init_stage(recipe: Recipe) -> Path | None:
@@ -99,7 +83,7 @@ def fork_stage(recipe: Recipe):
 def label_stage(recipe: Recipe):
     from selskill.stages.label import run_label
 
-    return run_label(recipe.run, recipe.label, recipe.train.window_turns or -1, recipe.seed)
+    return run_label(recipe.run, recipe.label, recipe.seed)
 
 
 def train_stage(recipe: Recipe) -> None:

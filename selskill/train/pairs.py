@@ -1,11 +1,12 @@
 """Pair rows (PAIR_SCHEMA) -> token rows the DPO trainer consumes.
 
-For every pair the loss mask is rebuilt from the per-token role and turn-from-branch, so one
-set of shards serves any window n:
+This module is the one owner of the loss window: pair rows carry no mask, only each
+completion token's role and turn-from-branch, and the mask is built here, so one set of
+shards serves any window n:
 
 - episode pairs train every assistant token of both trajectories;
 - local pairs train the assistant tokens of the first n assistant turns after the branch
-  (turn 0 = the branch turn; n = None means every assistant turn);
+  (turn 0 = the branch turn; n = None means every assistant turn, `train_window_n: all`);
 - observation (role 2) and skill-return (role 3) tokens are never trained.
 
 Then the max_length policy fits each pair without ever cutting its trained window: tokens
@@ -13,6 +14,10 @@ after the last trained token are dropped (they carry no loss and cannot influenc
 tokens), and if the pair is still too long the oldest prompt messages after the first
 `keep_head_messages` (system message, task) are dropped. Pairs that still do not fit are
 counted and skipped (or raise), never trained on a silently truncated window.
+
+It is also the one place that selects and mixes pairs (kind, branch pool, local share,
+cap): label writes every pair it finds, so that the replication's ablations can reuse one
+label stage with different train_* keys.
 """
 
 from __future__ import annotations
@@ -36,6 +41,8 @@ def loss_mask(role: Sequence[int], turn: Sequence[int], kind: str, n: int | None
     turn = np.asarray(turn, dtype=np.int64)
     if role.shape != turn.shape:
         raise ValueError(f"role and turn must have one entry per token; got {role.shape} and {turn.shape}")
+    if n is not None and n < 1:
+        raise ValueError(f"window n must be >= 1 or None (every assistant turn); got {n!r}")
     mask = role == ROLE_ASSISTANT
     if kind == "local":
         mask &= turn >= 0
@@ -141,7 +148,6 @@ class PairStats:
     trained: Counter = field(default_factory=Counter)
     prompt_tokens_dropped: int = 0
     tail_tokens_trimmed: int = 0
-    stored_mask_mismatch: int = 0
     too_long_ids: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
@@ -181,16 +187,7 @@ class PairStats:
             )
         if sum(self.empty_window.values()):
             lines.append(f"  skipped {fmt(self.empty_window)} pairs with no trainable token on one side")
-        if self.stored_mask_mismatch:
-            lines.append(
-                f"  note: {self.stored_mask_mismatch} pairs' stored loss masks differ from the mask rebuilt for "
-                f"n={self.window_n} (the rebuilt one is trained)"
-            )
         return "\n".join(lines)
-
-
-def _stored_mask_applies(kind: str, row_window_n: int, n: int | None) -> bool:
-    return kind == "episode" or row_window_n == (-1 if n is None else n)
 
 
 def _mix(kinds: list[str], local_fraction: float, seed: int) -> np.ndarray:
@@ -231,7 +228,6 @@ def build_examples(
     columns = [
         "pair_id",
         "kind",
-        "window_n",
         "branch_pool",
         "prompt_ids",
         "chosen_ids",
@@ -240,8 +236,6 @@ def build_examples(
         "rejected_role",
         "chosen_turn",
         "rejected_turn",
-        "chosen_loss_mask",
-        "rejected_loss_mask",
     ]
     missing = [c for c in columns if c not in table.column_names]
     if missing:
@@ -265,11 +259,6 @@ def build_examples(
             continue
         cmask = loss_mask(row["chosen_role"], row["chosen_turn"], kind, n)
         rmask = loss_mask(row["rejected_role"], row["rejected_turn"], kind, n)
-        if _stored_mask_applies(kind, row["window_n"], n) and (
-            cmask.tolist() != list(row["chosen_loss_mask"])
-            or rmask.tolist() != list(row["rejected_loss_mask"])
-        ):
-            stats.stored_mask_mismatch += 1
         out = fit_pair(row["prompt_ids"], row["chosen_ids"], row["rejected_ids"], cmask, rmask, policy)
         if out == "empty_window":
             stats.empty_window[kind] += 1

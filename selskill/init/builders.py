@@ -1,0 +1,62 @@
+"""The init builder of each benchmark, by name, as `ensure_init_policy` calls it.
+
+Keyed by the benchmark's name rather than held by its `selskill.agent.benchmarks` spec:
+`init` sits above `agent` (it plays and trains), so a spec cannot point at it. A builder
+gets what the stage resolved through the spec: the turn format the rounds play with and
+`train_tasks(n)`, the first n train task ids in the order the sample stage takes them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from selskill.agent.turn_format import TurnFormat
+    from selskill.config import Recipe
+
+Builder = Callable[..., Path]
+
+
+def _alfworld(recipe: Recipe, out: Path, *, fmt: TurnFormat, train_tasks: Callable[[int], list[str]]) -> Path:
+    from selskill.init.alfworld import build_init_policy_from_config
+
+    return build_init_policy_from_config(
+        recipe.init,
+        out,
+        games_dir=recipe.run.games_dir,
+        seed=recipe.seed,
+        action_choice=recipe.rollout.action_choice,
+        fmt=fmt,
+        listing_style=recipe.rollout.listing_style,
+    )
+
+
+def _bfcl(recipe: Recipe, out: Path, *, fmt: TurnFormat, train_tasks: Callable[[int], list[str]]) -> Path:
+    from selskill.init.bfcl import build_bfcl_init_policy_from_config
+
+    return build_bfcl_init_policy_from_config(
+        recipe.init,
+        out,
+        run=recipe.run,
+        seed=recipe.seed,
+        task_ids=train_tasks(recipe.init.init_bfcl_tasks),
+        fmt=fmt,
+        listing_style=recipe.rollout.listing_style,
+    )
+
+
+INIT_BUILDERS: dict[str, Builder] = {"alfworld": _alfworld, "bfcl": _bfcl}
+
+
+def init_builder(benchmark: str) -> Builder:
+    try:
+        return INIT_BUILDERS[benchmark]
+    except KeyError:
+        raise ValueError(
+            f"benchmark {benchmark!r} has no init builder; choose from {', '.join(INIT_BUILDERS)}"
+        ) from None
+
+
+__all__ = ["INIT_BUILDERS", "init_builder"]
