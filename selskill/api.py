@@ -28,24 +28,17 @@ STAGE_KINDS = {
 }
 
 
-def _round_dirs(run_dir: Path) -> dict[int, Path]:
-    out = {}
-    for p in run_dir.glob("round_*"):
-        suffix = p.name.split("_", 1)[1]
-        if suffix.isdigit() and p.is_dir():
-            out[int(suffix)] = p
-    return dict(sorted(out.items()))
-
-
 def rounds(run_dir: str | Path, stage: str | None = None) -> list[int]:
     """The rounds of `run_dir` (with `stage`: those where that stage has written a shard)."""
     run_dir = Path(run_dir)
     if stage is not None and stage not in STAGE_KINDS:
         raise ValueError(f"unknown stage {stage!r}; the stages with rows are {', '.join(STAGE_KINDS)}")
-    found = _round_dirs(run_dir)
+    from selskill.data.layout import StageDir, round_numbers
+
+    found = round_numbers(run_dir)
     if stage is None:
-        return list(found)
-    return [r for r, p in found.items() if any((p / stage / "shards").glob("*.parquet"))]
+        return found
+    return [r for r in found if StageDir.of(run_dir.parent, run_dir.name, r, stage).shard_files()]
 
 
 def _stage_dir(run_dir: str | Path, round: int, stage: str):
@@ -113,4 +106,3 @@ def load_pairs(run_dir: str | Path, round: int):
 def load_eval(run_dir: str | Path, round: int):
     """Round `round`'s held-out episodes (round 0: the init policy's)."""
     return load_stage(run_dir, round, "eval")
-

@@ -33,7 +33,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from selskill.data.layout import StageDir, round_dir
+from selskill.data.layout import StageDir, round_dir, round_numbers
 from selskill.data.schema import ROLE_ASSISTANT
 from selskill.metrics import (
     LABELS,
@@ -204,15 +204,6 @@ def load_round(
     if forks:
         data.entropy = branch_entropy(forks)
     return data
-
-
-def discover_rounds(exp_dir: Path) -> list[int]:
-    out = []
-    for p in exp_dir.glob("round_*"):
-        suffix = p.name.split("_", 1)[1]
-        if p.is_dir() and suffix.isdigit():
-            out.append(int(suffix))
-    return sorted(out)
 
 
 # --- analyses -----------------------------------------------------------------------------
@@ -830,7 +821,7 @@ def build_report(exp_dir: str | Path, n_boot: int = 2000, seed: int = 0) -> Repo
             f"no experiment directory {exp_dir}: run a round first (make round) or pass --exp"
         )
     notes: list[str] = []
-    rounds_found = discover_rounds(exp_dir)
+    rounds_found = round_numbers(exp_dir)
     benchmark = exp_benchmark(exp_dir)
     rounds = [
         load_round(exp_dir, r, notes, n_boot=1000, seed=seed, benchmark=benchmark) for r in rounds_found

@@ -22,7 +22,7 @@ from selskill.agent.turn_format import TurnFormat
 from selskill.config.names import BENCHMARKS
 from selskill.config.rollout import GamesConfig, RolloutConfig
 from selskill.config.run import RunConfig
-from selskill.envs.alfworld import GameIndex
+from selskill.envs.alfworld import AlfworldEnv, GameIndex, find_games
 from selskill.envs.bfcl import BfclTaskIndex
 from selskill.metrics import StepMeasure, step_measure
 from selskill.skills import SkillLibrary, load_alfworld_skills, load_bfcl_skills
@@ -86,22 +86,16 @@ def benchmark_of_index(index) -> Benchmark:
 # --- ALFWorld -------------------------------------------------------------------------------
 
 
+def _alfworld_index_from_dir(run: RunConfig, root: str | None, split: str):
+    return find_games(root, splits=split, grammar=run.alfworld_grammar)
+
+
 def _alfworld_index(run: RunConfig, split: str):
-    from selskill.envs.alfworld import find_games
-
-    root = None if run.use_alfworld_data else run.games_dir
-    return find_games(root, splits=split, grammar=run.alfworld_grammar)
-
-
-def _alfworld_index_from_dir(run: RunConfig, root: str, split: str):
-    from selskill.envs.alfworld import find_games
-
-    return find_games(root, splits=split, grammar=run.alfworld_grammar)
+    """The recipe's games (`root` None: real data from $ALFWORLD_DATA)."""
+    return _alfworld_index_from_dir(run, None if run.use_alfworld_data else run.games_dir, split)
 
 
 def _alfworld_env_factory(index):
-    from selskill.envs.alfworld import AlfworldEnv
-
     return functools.partial(AlfworldEnv, index)
 
 

@@ -81,10 +81,6 @@ class Recipe:
         )
 
     @property
-    def sections(self) -> tuple:
-        return tuple(getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "argv")
-
-    @property
     def seed(self) -> int:
         """The recipe-wide seed (the run section's `seed`)."""
         return int(self.run.seed)
@@ -162,11 +158,6 @@ def _fill_owned_elsewhere(sections: Sequence) -> None:
     for key, owner in OWNED_ELSEWHERE.items():
         if owner in by_name:
             setattr(train, key, getattr(by_name[owner], key))
-
-
-def parse_recipe(argv: Sequence[str] | None = None, dataclass_types: Sequence[type] | None = None):
-    """Every section of the recipe (`parse_sections` with all of them, by default)."""
-    return parse_sections(argv, dataclass_types)
 
 
 def check_sections(sections: Sequence) -> None:
@@ -291,7 +282,6 @@ __all__ = [
     "check_unit",
     "load_recipe",
     "make_parser",
-    "parse_recipe",
     "parse_sections",
     "recipe_dataclasses",
 ]

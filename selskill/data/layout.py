@@ -115,6 +115,16 @@ def round_dir(runs_dir: str | Path, exp: str, round_: int) -> Path:
     return Path(runs_dir) / exp / f"round_{round_}"
 
 
+def round_numbers(exp_dir: str | Path) -> list[int]:
+    """The rounds an experiment directory `runs/<exp>` holds (its `round_<r>/` directories), in order."""
+    out = []
+    for p in Path(exp_dir).glob("round_*"):
+        suffix = p.name.split("_", 1)[1]
+        if suffix.isdigit() and p.is_dir():
+            out.append(int(suffix))
+    return sorted(out)
+
+
 def policy_dir(runs_dir: str | Path, exp: str, round_: int) -> Path:
     """The policy round r samples with: round r-1's trained model (round_0 = the init policy)."""
     return round_dir(runs_dir, exp, round_ - 1) / "train" / "model"

@@ -47,6 +47,10 @@ class Stage:
     def ranks(self, recipe: Recipe) -> int:
         return recipe.run.world_size if self.sharded else 1
 
+    def gpus(self, per_task: float, one_job: float) -> float:
+        """GPUs a task of this stage asks for: `per_task` for a rank, `one_job` (when set) for a one-job stage."""
+        return one_job if not self.sharded and one_job else per_task
+
     def run(self, recipe: Recipe, rank: int = 0, world_size: int = 1) -> Any:
         if self.sharded:
             return self.fn(recipe.with_run(rank=rank, world_size=world_size))

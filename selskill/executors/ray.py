@@ -54,7 +54,7 @@ class RayExecutor(Executor):
     def run_stage(self, recipe, stage: Stage, after=None) -> None:
         ray = import_ray()
         n = stage.ranks(recipe)
-        gpus = self.gpus_per_task if stage.sharded or not self.train_gpus else self.train_gpus
+        gpus = stage.gpus(self.gpus_per_task, self.train_gpus)
         task = ray.remote(num_cpus=self.cpus_per_task, num_gpus=gpus)(run_rank_from_argv)
         argv, cwd = recipe_argv(recipe), os.getcwd()
         print(f"{stage.name}: {n} Ray task{'s' if n > 1 else ''}", flush=True)

@@ -100,7 +100,7 @@ class SlurmExecutor(Executor):
         """The sbatch script of `stage`: the same text whether printed (dry run) or submitted."""
         o, run, n = self.options, recipe.run, stage.ranks(recipe)
         logs = self.script_dir(recipe) / "logs"
-        gpus = o.gpus_per_task if stage.sharded or not o.train_gpus else o.train_gpus
+        gpus = stage.gpus(o.gpus_per_task, o.train_gpus)
         lines = ["#!/bin/bash", f"#SBATCH --job-name=selskill-{run.exp}-r{run.round}-{stage.name}"]
         if stage.sharded:
             lines.append(

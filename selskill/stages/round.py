@@ -14,6 +14,7 @@ import json
 from selskill.config import Recipe
 from selskill.data.layout import StageDir, resolve_round_policy, round_dir
 from selskill.executors import Executor, make_executor
+from selskill.metrics import sum_yields
 from selskill.stages.common import collect_stats
 from selskill.stages.table import round_stages, run_entry
 
@@ -47,11 +48,7 @@ def round_summary(run) -> dict:
         json.loads(p.read_text())
         for p in sorted(StageDir.of(run.runs_dir, run.exp, run.round, "label").stats.glob("*.json"))
     ]
-    kinds: dict = {}
-    for s in label_stats:
-        for k, v in s.get("yield", {}).get("pairs_by_kind", {}).items():
-            kinds[k] = kinds.get(k, 0) + v
-    out["pairs_by_kind"] = kinds
+    out["pairs_by_kind"] = (sum_yields(label_stats) or {}).get("pairs_by_kind", {})
     for r in (run.round - 1, run.round):
         path = round_dir(run.runs_dir, run.exp, r) / "eval" / "metrics.json"
         if path.exists():
