@@ -172,6 +172,21 @@ def bench_rollout(
     return result
 
 
+def main_scenes(args) -> int:
+    """`selskill bench scenes`: one row of scene figures per games root (real or generated)."""
+    from selskill.envs.alfworld import find_games
+    from selskill.envs.scene_stats import index_stats
+
+    result = {}
+    for root in args.dirs:
+        index = find_games(root, splits=args.split)
+        result[root] = index_stats(index, admissible=args.admissible, progress=not args.quiet)
+    print(json.dumps(result, indent=1))
+    if args.out:
+        Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+    return 0
+
+
 def main(args) -> int:
     result = bench_rollout(args.model, args.games, args.episodes, args.max_env_steps)
     text = json.dumps(result, indent=1)

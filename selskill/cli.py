@@ -34,7 +34,13 @@ def _cmd_verify_games(args: argparse.Namespace) -> int:
     index = find_games(args.dir, splits=args.split, grammar=args.grammar)
     if index.skipped or index.patched:
         print(index.summary(), file=sys.stderr)
-    report = verify_games(index, progress=not args.quiet, expert=args.expert, max_steps=args.max_steps)
+    report = verify_games(
+        index,
+        progress=not args.quiet,
+        expert=args.expert,
+        max_steps=args.max_steps,
+        walkthrough=not args.ignore_walkthrough,
+    )
     for task_id, reason in report.failures:
         print(f"NOT WINNABLE {task_id}: {reason}", file=sys.stderr)
     print(report.summary())
@@ -102,6 +108,12 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     from selskill.bench import main as bench_main
 
     return bench_main(args)
+
+
+def _cmd_bench_scenes(args: argparse.Namespace) -> int:
+    from selskill.bench import main_scenes
+
+    return main_scenes(args)
 
 
 def _cmd_bench_retrieval(args: argparse.Namespace) -> int:
@@ -183,6 +195,11 @@ def build_parser() -> argparse.ArgumentParser:
         choices=EXPERTS,
         default="ours",
         help="who plays games without a walkthrough: ours (selskill's expert) or handcoded (alfworld's)",
+    )
+    p.add_argument(
+        "--ignore-walkthrough",
+        action="store_true",
+        help="let the expert play games that store a walkthrough too (measures the expert on generated games)",
     )
     p.add_argument(
         "--max-steps",
@@ -314,6 +331,22 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--max-env-steps", type=int, default=10, help="env-step budget per episode (default 10)")
     b.add_argument("--out", help="also write the JSON figures here")
     b.set_defaults(func=_cmd_bench)
+    b = bsub.add_parser(
+        "scenes",
+        help="receptacles, objects, co-located receptacles and admissible commands per scene, per games root",
+        description="Reads each game's PDDL problem (real ALFWorld data or gen-games output, measured by the same "
+        "rule) and prints the means per root: receptacles, objects, the share of scenes with co-located "
+        "receptacles and, with --admissible (loads every game), the admissible commands at the start. "
+        "Example: selskill bench scenes $ALFWORLD_DATA runs/games-tiny --split train --admissible",
+    )
+    b.add_argument("dirs", nargs="+", help="games roots")
+    b.add_argument("--split", nargs="+", help="only these splits (default: all present but valid_train)")
+    b.add_argument(
+        "--admissible", action="store_true", help="also count admissible commands at start (slower)"
+    )
+    b.add_argument("--out", help="also write the JSON figures here")
+    b.add_argument("--quiet", action="store_true", help="no progress bar")
+    b.set_defaults(func=_cmd_bench_scenes)
     b = bsub.add_parser(
         "retrieval",
         help="R@1/3/5 of the retrieval modes (all, task, progress) x scorers on BFCL and ALFWorld, up to ~1,000 skills",

@@ -162,3 +162,43 @@ def test_alfworld_handcoded_expert_reads_the_generated_trial(small_games):
         if state["won"]:
             break
     assert state["won"], f"expert did not win in {steps} steps"
+
+
+def test_receptacles_keep_shared_floor_plan_locations_and_solutions_skip_the_go_to(tmp_path):
+    # train game 26 of pick_heat (seed 0, real): the microwave and the dining table share a location
+    game = gen.generate_game("pick_heat_then_place_in_recep", 26, seed=0, split="train", size="real")
+    by_name = {name: rid for rid, name in gen.entity_names(game).items()}
+    loc = {r.id: r.location for r in game.scene.receptacles}
+    assert loc[by_name["microwave 1"]] == loc[by_name["diningtable 1"]]
+    assert "go to diningtable 1" not in game.solution
+    gen.write_game(game, tmp_path)
+    env = AlfworldEnv(find_games(tmp_path, "train"))
+    (task_id,) = env.task_ids()
+    state = env.reset(task_id)
+    for command in game.solution:
+        if command.startswith("move bread"):  # at the microwave: the co-located table needs no `go to`
+            assert "go to diningtable 1" not in state.admissible_commands
+            assert command in state.admissible_commands
+        state = env.step(command)
+    assert state.won
+
+
+def test_a_folder_of_another_generator_version_is_refused(tmp_path):
+    gen.generate_games(tmp_path, per_type=1, seed=0, size="tiny", task_types=("pick_and_place_simple",))
+    assert gen.games_generator_version(tmp_path) == gen.GENERATOR_VERSION
+    (tmp_path / gen.GENERATOR_FILE).unlink()  # a folder written before the version file existed
+    traj = next(tmp_path.glob("train/*/*/traj_data.json"))
+    meta = json.loads(traj.read_text())
+    meta["selskill"]["generator_version"] = 1
+    traj.write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match="generator version 1.*new folder"):
+        gen.generate_games(tmp_path, per_type=1, seed=0, size="tiny", task_types=("pick_and_place_simple",))
+
+
+def test_scene_stats_count_colocated_receptacles():
+    from selskill.envs.scene_stats import scene_stats
+
+    problem = """(:init (receptacleAtLocation Drawer_a loc_1) (receptacleAtLocation Drawer_b loc_1)
+    (receptacleAtLocation Sink_c loc_2) (objectAtLocation Mug_d loc_1) (objectAtLocation Pen_e loc_2))"""
+    s = scene_stats(problem)
+    assert (s.receptacles, s.objects, s.colocated_receptacles) == (3, 2, 2)

@@ -114,8 +114,9 @@ def _alfworld_prepare(run: RunConfig, games: GamesConfig, splits: Sequence[str])
         return
     from pathlib import Path
 
-    from selskill.envs.alfworld_gen import generate_games
+    from selskill.envs.alfworld_gen import check_generator_version, generate_games
 
+    check_generator_version(run.games_dir)
     for split in splits:
         per_type = games.per_type(split)
         marker = Path(run.games_dir) / f".{split}-{games.games_size}-{per_type}-{games.games_seed}.done"

@@ -35,7 +35,12 @@ TASK_TYPES: tuple[str, ...] = (
     "pick_cool_then_place_in_recep",
     "pick_two_obj_and_place",
 )
-GENERATOR_VERSION = 1
+# 2: receptacles keep the floor plan's shared locations (co-located receptacles, as in real
+# games: `open drawer 8` from drawer 7, no `go to`). The random stream stays keyed by scheme 1,
+# so a scene in which no two receptacles share a location is the same in both versions.
+GENERATOR_VERSION = 2
+_RNG_SCHEME = 1
+GENERATOR_FILE = "generator.json"
 
 # The scale ladder: (receptacles, objects) ranges per generated size; `real` keeps the floor
 # plan's whole receptacle set and ALFWorld's per-type instance counts. `tiny` is the CPU scale
@@ -240,7 +245,7 @@ def _loc_id(loc: tuple[int, int, int, int]) -> str:
 def _unique_location(
     loc: tuple[int, int, int, int], used: set, rng: random.Random
 ) -> tuple[int, int, int, int]:
-    # Two receptacles at one location would make "go to" ambiguous; ALFWorld's own games rarely do it.
+    """The agent's start: a location no receptacle has (real games start the agent in the open)."""
     while loc in used:
         loc = (loc[0] + rng.choice((-1, 1)), loc[1] + rng.choice((-1, 1)), loc[2], loc[3])
     used.add(loc)
@@ -377,8 +382,9 @@ def _subsample_receptacles(receps, task_type: str, bounds: tuple[int, int], rng:
 def _populate(fp, receps, obj_types, task, task_type, size, rng, prior) -> Scene | None:
     c = _constants()
     object_target, parent_target, toggle_target = task
-    used: set = set()
-    receptacles = [Receptacle(rid, rt, _loc_id(_unique_location(loc, used, rng))) for rid, rt, loc in receps]
+    # receptacles keep their floor-plan locations, shared ones included (drawers of one chest)
+    used: set = {loc for _, _, loc in receps}
+    receptacles = [Receptacle(rid, rt, _loc_id(loc)) for rid, rt, loc in receps]
     agent_loc = _unique_location(
         (rng.randint(-20, 20), rng.randint(-20, 20), rng.randrange(4), 30), used, rng
     )
@@ -528,15 +534,16 @@ class _Planner:
         self.game = game
         self.names = entity_names(game)
         self.rec = {r.id: r for r in game.scene.receptacles}
-        self.at: str | None = None
+        self.at: str | None = None  # the location the agent stands at
         self.opened: set[str] = set()
         self.cmds: list[str] = []
         self.openable = _constants().OPENABLE_CLASS_SET
 
     def goto(self, rid: str) -> None:
-        if self.at != rid:
+        # a receptacle that shares the agent's location is reached without `go to` (not admissible there)
+        if self.at != self.rec[rid].location:
             self.cmds.append(f"go to {self.names[rid]}")
-            self.at = rid
+            self.at = self.rec[rid].location
 
     def open_if_needed(self, rid: str) -> None:
         if self.rec[rid].type in self.openable and rid not in self.opened:
@@ -589,7 +596,7 @@ def _solve(game: Game, rng: random.Random) -> list[str]:
 
 def _game_rng(seed: int, split: str, task_type: str, index: int, size: str) -> random.Random:
     # str seeds hash with sha512: the same in every process and Python version
-    return random.Random(f"selskill-gen:v{GENERATOR_VERSION}:{seed}:{split}:{size}:{task_type}:{index}")
+    return random.Random(f"selskill-gen:v{_RNG_SCHEME}:{seed}:{split}:{size}:{task_type}:{index}")
 
 
 def generate_game(
@@ -672,6 +679,31 @@ def write_game(game: Game, root: str | Path) -> Path:
     return out
 
 
+def games_generator_version(root: str | Path) -> int | None:
+    """The generator version of the games under `root` (None: no generated game there yet)."""
+    root = Path(root)
+    if (root / GENERATOR_FILE).is_file():
+        return int(json.loads((root / GENERATOR_FILE).read_text())["generator_version"])
+    for split in SPLITS:
+        for traj in (root / split).glob("*/*/traj_data.json") if (root / split).is_dir() else ():
+            meta = json.loads(traj.read_text()).get("selskill")
+            return None if meta is None else int(meta.get("generator_version", 1))  # None: real data
+    return None
+
+
+def check_generator_version(root: str | Path) -> None:
+    """Refuse to mix versions in one folder: new games would overwrite old ones under the same names."""
+    found = games_generator_version(root)
+    if found is not None and found != GENERATOR_VERSION:
+        raise ValueError(
+            f"{root} holds games of generator version {found}; this selskill writes version "
+            f"{GENERATOR_VERSION} (co-located receptacles). Point games_dir (gen-games --out) at a new "
+            f"folder, or delete {root} to regenerate it; runs made on the old games stay readable."
+        )
+    Path(root).mkdir(parents=True, exist_ok=True)
+    (Path(root) / GENERATOR_FILE).write_text(json.dumps({"generator_version": GENERATOR_VERSION}) + "\n")
+
+
 def generate_games(
     root: str | Path,
     *,
@@ -682,6 +714,7 @@ def generate_games(
     task_types: tuple[str, ...] = TASK_TYPES,
     progress: bool = False,
 ) -> list[Path]:
+    check_generator_version(root)
     prior = load_placement_prior()
     jobs = [(t, i) for t in task_types for i in range(per_type)]
     if progress:

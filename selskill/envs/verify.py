@@ -59,6 +59,7 @@ def verify_game(
     expert: str = "ours",
     max_steps: int = DEFAULT_MAX_STEPS,
     handcoded=None,
+    walkthrough: bool = True,
 ) -> tuple[str | None, str]:
     """(None when the game is sound, else the reason it is not; what showed it: walkthrough | ours | handcoded)."""
     try:
@@ -69,7 +70,7 @@ def verify_game(
         return "no_task_text", "load"
     if state.won:
         return "won_at_start", "load"
-    solution = known_solution(record)
+    solution = known_solution(record) if walkthrough else None
     if solution is not None:
         for i, command in enumerate(solution):
             if command not in state.admissible_commands:
@@ -92,9 +93,13 @@ def verify_game(
 
 
 def verify_games(
-    index: GameIndex, progress: bool = False, expert: str = "ours", max_steps: int = DEFAULT_MAX_STEPS
+    index: GameIndex,
+    progress: bool = False,
+    expert: str = "ours",
+    max_steps: int = DEFAULT_MAX_STEPS,
+    walkthrough: bool = True,
 ) -> VerifyReport:
-    """Verify every indexed game; games without a walkthrough are played by `expert`."""
+    """Verify every indexed game; games without a walkthrough (all, with `walkthrough=False`) are played by `expert`."""
     if expert not in EXPERTS:
         raise ValueError(f"expert must be one of {', '.join(EXPERTS)}; got {expert!r}")
     env = AlfworldEnv(index)
@@ -111,7 +116,9 @@ def verify_games(
         games = tqdm(games, desc="verify-games", unit="game")
     for record in games:
         report.total += 1
-        reason, by = verify_game(env, record, expert=expert, max_steps=max_steps, handcoded=handcoded)
+        reason, by = verify_game(
+            env, record, expert=expert, max_steps=max_steps, handcoded=handcoded, walkthrough=walkthrough
+        )
         if reason is None:
             report.winnable += 1
             report.won_by[by] += 1

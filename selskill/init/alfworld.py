@@ -127,7 +127,7 @@ def train_games(
 ):
     """Generated train games `first` .. `first + per_type - 1` of each type under `games_dir`, made if missing."""
     from selskill.envs.alfworld import TRAJ_FILE, find_games
-    from selskill.envs.alfworld_gen import TASK_TYPES, generate_games
+    from selskill.envs.alfworld_gen import TASK_TYPES, check_generator_version, generate_games
 
     def pick(index):
         chosen: dict[str, list] = defaultdict(list)
@@ -142,6 +142,7 @@ def train_games(
         return chosen
 
     root = Path(games_dir)
+    check_generator_version(root)
     chosen = pick(find_games(root, "train")) if (root / "train").is_dir() else {}
     if any(len(chosen.get(t, [])) < per_type for t in TASK_TYPES):
         generate_games(
