@@ -81,6 +81,9 @@ NOT_PICKUPABLE = frozenset(
 )
 # Receptacles the floor-plan layouts do not list but scenes hold (ALFWorld's kitchens have four burners).
 EXTRA_RECEPTACLE_COUNT = {"StoveBurner": 4}
+# Real kitchens' burners mostly stand in front/back pairs at one location (17 of the 26 kitchen
+# scenes of a 60-game sample of ALFWorld's train split; docs/benchmarks.md, "Generated scenes").
+BURNER_PAIRS_SHARE = 0.7
 LAMP = "DeskLamp"
 
 
@@ -262,11 +265,24 @@ def _all_receptacles(fp: int, rng: random.Random) -> list[tuple[str, str, tuple[
     receptacle_types = set(c.RECEPTACLES) - set(c.MOVABLE_RECEPTACLES)
     for t in _floor_plan_object_types(fp):
         if t in receptacle_types and t not in present:
+            extra = []
             for _ in range(EXTRA_RECEPTACLE_COUNT.get(t, 1)):
                 x, y, z = (rng.uniform(-3, 3), rng.uniform(0.2, 1.8), rng.uniform(-3, 3))
                 rid = f"{t}|{x:+06.2f}|{y:+06.2f}|{z:+06.2f}"
-                out.append((rid, t, (round(x / 0.25), round(z / 0.25), rng.randrange(4), 30)))
+                extra.append((rid, t, (round(x / 0.25), round(z / 0.25), rng.randrange(4), 30)))
+            out += _pair_burners(extra) if t == "StoveBurner" else extra
     return out
+
+
+def _pair_burners(burners: list) -> list:
+    """Burners 2 and 4 share the location of 1 and 3, at the real kitchens' rate.
+
+    The draw has a stream of its own (keyed by the first burner's id), so deciding it moves
+    no other draw of the scene.
+    """
+    if len(burners) < 2 or random.Random(f"selskill-burners:{burners[0][0]}").random() >= BURNER_PAIRS_SHARE:
+        return burners
+    return [(rid, t, burners[i - i % 2][2]) for i, (rid, t, _) in enumerate(burners)]
 
 
 def _can_contain(recep_type: str, obj_type: str) -> bool:
