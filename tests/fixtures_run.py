@@ -38,10 +38,12 @@ EVAL_PLAN = {
 }
 
 
-def _turn_record(start, end, kind, env_steps, precise, forced=False) -> dict:
+def _turn_record(start, end, kind, env_steps, precise, index, forced=False) -> dict:
     return {
         "start": start,
         "end": end,
+        "decision": 0,  # every text here opens with its decision tag
+        "message_index": 2 + 2 * index,  # system + task, then an assistant message and its reply per turn
         "text": {
             "action": "<action>go to desk 1</action>",
             "skill": '<tool_call>{"name": "heat_object"}',
@@ -83,7 +85,7 @@ def _add_turn(seq: dict, kind: str, env_steps: int, precise: bool, ent: float, f
         seq["role"].append(ROLE_ASSISTANT)
         seq["turn"].append(index)
     end = len(seq["token_ids"])
-    seq["turns"].append(_turn_record(start, end, kind, env_steps, precise, forced=forced > 0))
+    seq["turns"].append(_turn_record(start, end, kind, env_steps, precise, index, forced=forced > 0))
     reply_role = ROLE_SKILL_RETURN if kind == "skill" else ROLE_OBSERVATION
     for k in range(3):
         seq["token_ids"].append(400 + 10 * reply_role + k)
@@ -138,6 +140,7 @@ def rollout_row(exp, round_, task_id, task_type, sample_idx, plan, seed) -> dict
         "round": round_,
         "task_id": task_id,
         "task_type": task_type,
+        "split": task_id.split("/", 1)[0],
         "sample_idx": sample_idx,
         "policy_id": f"round_{round_ - 1}",
         "seed": seed,
@@ -252,6 +255,7 @@ def _fork_row(exp, round_, source, branch, arm, k, plan, seed) -> dict:
         "rollout_id": branch["rollout_id"],
         "task_id": branch["task_id"],
         "task_type": branch["task_type"],
+        "split": source["split"],
         "round": round_,
         "arm": arm,
         "k": k,

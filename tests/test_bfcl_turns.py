@@ -190,6 +190,11 @@ def test_skill_calls_malformed_turns_and_a_lost_task(env, tokenizer):
     assert ROLE_OBSERVATION in row["role"][broken["end"] :]
     assert not row["success"] and row["termination"] == "failed" and row["error"].startswith("multi_turn:")
     assert row["n_malformed"] == 2 and row["env_steps"] == 2
+    # the BFCL host records the decision token and the message as the ALFWorld one does
+    assert [t["decision"] for t in (memory, skill, broken, bare)] == [0, 0, 0, 0]
+    for t in row["turns"]:
+        assert messages[t["message_index"]] == {"role": "assistant", "content": t["text"]}
+    assert [t["message_index"] for t in row["turns"]] == [2 + 2 * i for i in range(len(row["turns"]))]
 
 
 def test_recorded_commands_replay_every_turn_boundary(env, tokenizer):

@@ -282,3 +282,71 @@ def test_forced_invoke_tokens_follow_the_trained_tokenization():
     assert chat.encode_forced("<action>") == chat.encode("<action>")  # no canonical: as before
     with pytest.raises(ValueError, match="does not open"):
         chat.encode_forced(head, render_skill_call("clean_object"))
+
+
+class TruncatingPolicy(ScriptedPolicy):
+    """Scripted texts; a `(text, False)` entry ends without its end-of-turn token (cut at max_new_tokens)."""
+
+    def generate(self, requests, params):
+        eot = params.stop_token_ids[0]
+        out = []
+        for _ in requests:
+            item = self.texts.pop(0) if len(self.texts) > 1 else self.texts[0]
+            text, ended = item if isinstance(item, tuple) else (item, True)
+            ids = self.tokenizer.encode(text, add_special_tokens=False) + ([eot] if ended else [])
+            out.append([Generation(ids, [-1.0] * len(ids), [0.5] * len(ids), "stop" if ended else "length")])
+        return out
+
+
+def test_turn_records_carry_the_decision_token_and_the_message_index(policy, index):
+    """`decision` is what the branch stage computed from the stored row before the runner recorded it."""
+    import json
+
+    from selskill.agent.chat_tokens import decision_token_index
+    from selskill.agent.parser import parse_turn
+    from selskill.config.stages import BranchConfig
+    from selskill.data.records import BranchPoint
+    from selskill.stages.branch import branch_candidates
+    from selskill.stages.fork import fork_start
+
+    task = next(t for t in AlfworldEnv(index).task_ids() if "pick_heat" in t)
+    texts = [
+        "<think>the mug is cold</think>\n" + render_action("look"),
+        "  " + render_skill_call("heat_object"),
+        "go to desk 1",  # malformed, no decision: 0
+        "so " + render_action("look"),  # malformed: text outside the tags, a decision all the same
+        ("<think>x</think>" + render_action("inventory"), False),  # truncated: an end-of-turn is appended
+        render_action("inventory"),
+    ]
+    names = load_alfworld_skills().names
+    row = _runner(TruncatingPolicy(policy, texts), index, max_env_steps=8).run([EpisodeSpec("d", task, 0)])[0]
+    tok = policy.tokenizer
+    messages = json.loads(row["messages"])
+    assert [t["kind"] for t in row["turns"][:4]] == ["action", "skill", "malformed", "malformed"]
+    assert (
+        row["token_ids"][row["turns"][4]["end"] - 1] == tok.eos_token_id
+        and row["logprob"][row["turns"][4]["end"] - 1] == 0.0
+    )
+    for i, t in enumerate(row["turns"]):
+        ids = row["token_ids"][t["start"] : t["end"]]
+        char = parse_turn(t["text"], names).decision_start or 0
+        assert t["decision"] == decision_token_index(tok, ids, char)  # the rule, on the stored row
+        if char:
+            d = t["decision"]
+            assert len(tok.decode(ids[:d], skip_special_tokens=False)) <= char
+            assert len(tok.decode(ids[: d + 1], skip_special_tokens=False)) > char
+        assert t["message_index"] == 2 + 2 * i
+        assert messages[t["message_index"]] == {"role": "assistant", "content": t["text"]}
+    assert row["turns"][0]["decision"] > 0 and row["turns"][2]["decision"] == 0
+    cands = branch_candidates(row, BranchConfig())
+    assert [c["turn_index"] for c in cands[:2]] == [0, 1] and cands[1]["candidate_skill"] == "heat_object"
+    assert all(
+        c["token_offset"]
+        == row["turns"][c["turn_index"]]["start"] + row["turns"][c["turn_index"]]["decision"]
+        for c in cands
+    )
+    point = BranchPoint("d/t1", "d", task, "x", 1, 1, cands[1]["token_offset"], "post_skill", 0.0, "entropy",
+                        "heat_object", "invoke", row["turns"][0]["env_steps"])  # fmt: skip
+    start = fork_start(row, point, "skip")
+    assert start.messages == messages[:4] and start.turns == row["turns"][:1]
+    assert start.token_ids == row["token_ids"][: cands[1]["token_offset"]]

@@ -78,3 +78,17 @@ class ChatTokens:
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=False)
+
+
+def decision_token_index(tokenizer, ids: list[int], char_offset: int) -> int:
+    """Index of the token where the decision text (at `char_offset` of the decoded turn) begins.
+
+    The first token whose prefix decodes past the offset: a token that straddles the opening
+    tag (a BPE merge of the space before it, say) counts as the decision's.
+    """
+    if char_offset <= 0:
+        return 0
+    for i in range(1, len(ids) + 1):
+        if len(tokenizer.decode(ids[:i], skip_special_tokens=False)) > char_offset:
+            return i - 1
+    return len(ids)

@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from selskill.agent.action_choice import ActionChoice, ActionVocabulary, check_action_choice
-from selskill.agent.chat_tokens import ChatTokens
+from selskill.agent.chat_tokens import ChatTokens, decision_token_index
 from selskill.agent.parser import parse_turn
 from selskill.agent.transcript import (
     MALFORMED_COMMAND,
@@ -31,6 +31,7 @@ from selskill.agent.transcript import (
     opening_messages,
 )
 from selskill.agent.turn_format import TOOL_CALL_OPEN, TurnFormat
+from selskill.data.records import Turn
 from selskill.data.schema import ROLE_ASSISTANT, ROLE_OBSERVATION, ROLE_PROMPT, ROLE_SKILL_RETURN
 from selskill.envs.base import Env, EnvError, EnvState
 from selskill.policy.base import GenerationRequest, Policy, SamplingParams
@@ -85,6 +86,9 @@ class EpisodeSpec:
     seed: int
     fork: ForkStart | None = None
     meta: dict = field(default_factory=dict)
+    # the split of the task index the task comes from, recorded in the row so that no later
+    # stage has to read it off the task id
+    split: str = ""
 
 
 @dataclass
@@ -226,21 +230,25 @@ class EpisodeHost:
         if not ended:  # truncated turn: close it so the context stays well formed
             ep.extend([self.chat.end_of_turn_id], ROLE_ASSISTANT, index)
         parsed = parse_turn(text, self.library.names)
-        record = {
-            "start": start,
-            "end": len(ep.ids),
-            "text": text,
-            "kind": parsed.kind,
-            "reason": parsed.reason,
-            "action": parsed.action,
-            "skill": parsed.skill,
-            "arguments": json.dumps(parsed.arguments, sort_keys=True) if parsed.arguments else None,
-            "exec_precise": None,
-            "exec_error": None,
-            "env_steps": 0,
-            "commands": [],
-            "forced": bool(forced),
-        }
+        record = Turn(
+            start=start,
+            end=len(ep.ids),
+            # the decision's token, found once here where the text was decoded (`decision_start`
+            # is a character offset into it)
+            decision=decision_token_index(self.chat.tokenizer, ep.ids[start:], parsed.decision_start or 0),
+            message_index=len(ep.messages),
+            text=text,
+            kind=parsed.kind,
+            reason=parsed.reason,
+            action=parsed.action,
+            skill=parsed.skill,
+            arguments=json.dumps(parsed.arguments, sort_keys=True) if parsed.arguments else None,
+            exec_precise=None,
+            exec_error=None,
+            env_steps=0,
+            commands=[],
+            forced=bool(forced),
+        ).to_row()
         is_call = TOOL_CALL_OPEN in text
         ep.messages.append(self.fmt.assistant_message(text))
         try:
@@ -528,6 +536,7 @@ def episode_row(ep: _Episode) -> dict:
         "role": ep.role,
         "turn": ep.turn,
         "n_prompt_tokens": ep.n_prompt_tokens,
+        "split": ep.spec.split,
         "success": ep.won,
         "env_steps": ep.env_steps,
         "n_turns": len(ep.turns),

@@ -21,6 +21,8 @@ _TURN = pa.struct(
     [
         ("start", pa.int32()),  # token offset of the assistant turn's first generated token
         ("end", pa.int32()),  # one past its last generated token (end-of-turn included)
+        ("decision", pa.int32()),  # token where the decision's opening tag begins, relative to start
+        ("message_index", pa.int32()),  # index of this turn's assistant message in `messages`
         ("text", pa.string()),
         ("kind", pa.string()),  # action | skill | malformed
         ("reason", pa.string()),  # why malformed
@@ -63,6 +65,7 @@ ROLLOUT_SCHEMA = pa.schema(
         ("round", pa.int32()),
         ("task_id", pa.string()),
         ("task_type", pa.string()),
+        ("split", pa.string()),  # the split of the task index the episode was played from
         ("sample_idx", pa.int32()),
         ("policy_id", pa.string()),
         ("seed", pa.int64()),
@@ -97,6 +100,7 @@ FORK_SCHEMA = pa.schema(
         ("rollout_id", pa.string()),
         ("task_id", pa.string()),
         ("task_type", pa.string()),
+        ("split", pa.string()),  # the source rollout's split (the fork replays its task)
         ("round", pa.int32()),
         ("arm", pa.string()),  # invoke | skip
         ("k", pa.int32()),
@@ -175,9 +179,15 @@ def validate_table(table: pa.Table, kind: str) -> None:
     if not table.schema.equals(schema, check_metadata=False):
         missing = set(schema.names) - set(table.schema.names)
         extra = set(table.schema.names) - set(schema.names)
+        # a struct that gained a field (e.g. the turn records) shows up here, not as a missing column
+        retyped = [
+            n
+            for n in schema.names
+            if n in table.schema.names and table.schema.field(n).type != schema.field(n).type
+        ]
         raise SchemaError(
             f"{kind} rows do not match the {kind} schema (missing: {sorted(missing)}, extra: {sorted(extra)}, "
-            f"or a column type differs)"
+            f"of another type: {retyped}, or the column order differs)"
         )
     import pyarrow.compute as pc
 

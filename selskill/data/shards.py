@@ -99,28 +99,32 @@ def shard_digest(path: str | Path) -> dict:
     }
 
 
-def read_shard(path: str | Path, kind: str) -> pa.Table:
+def read_shard(path: str | Path, kind: str, stage: str | None = None) -> pa.Table:
+    """`stage`: the name of the stage that wrote the shard, for the fix an error names (a reader is often
+    another stage, so "rerun the stage" alone would point at the wrong one)."""
     path = Path(path)
+    writer = f"the {stage} stage" if stage else "the stage that wrote it"
     try:
         table = pq.read_table(path)
     except (OSError, pa.ArrowException) as exc:
         raise ShardError(
             f"cannot read shard {path}: {exc}. The file is truncated or corrupt: delete it and its completion "
-            f"marker ({path.parent.parent / 'completions' / path.stem}), then rerun the stage to recompute it "
-            f"(or rerun with --redo)."
+            f"marker ({path.parent.parent / 'completions' / path.stem}), then rerun {writer} to recompute it "
+            f"(or rerun it with --redo)."
         ) from exc
     try:
         validate_table(table, kind)
     except ValueError as exc:
         raise ShardError(
-            f"shard {path} does not match the {kind} schema: {exc}. Rerun the stage with --redo."
+            f"shard {path} does not match the {kind} schema: {exc}. Shards written by an older selskill lack "
+            f"the columns this one reads: rerun {writer} ({path.parent.parent}) with --redo."
         ) from exc
     return table
 
 
-def read_shards(paths: Sequence[str | Path], kind: str) -> pa.Table:
+def read_shards(paths: Sequence[str | Path], kind: str, stage: str | None = None) -> pa.Table:
     """All shards of a stage as one table, in rank order."""
-    tables = [read_shard(p, kind) for p in sorted(paths)]
+    tables = [read_shard(p, kind, stage) for p in sorted(paths)]
     if not tables:
         return SCHEMAS[kind].empty_table()
     return pa.concat_tables(tables)

@@ -9,19 +9,21 @@ k of each pool; `all_skill` keeps every post_skill point (the paper's Appendix E
 
 Turn score: mean entropy over the first m generated tokens of the turn (the paper, m=10),
 or the entropy of the decision token itself (where the model chooses `<action>` vs
-`<tool_call>`). Malformed turns are never branch points.
+`<tool_call>`). Malformed turns are never branch points. Kind, skill and decision token
+come from the turn records the runner wrote while it had the text and the tokenizer: the
+stage parses and decodes nothing.
 """
 
 from __future__ import annotations
 
 import random
 
-from selskill.agent.parser import parse_turn
 from selskill.agent.turn_format import render_skill_call
 from selskill.config.rollout import RolloutConfig
 from selskill.config.run import PolicyConfig, RunConfig
 from selskill.config.stages import BranchConfig
 from selskill.data.layout import StageDir
+from selskill.data.records import BranchPoint
 from selskill.stages.common import (
     StageInputs,
     StageStats,
@@ -33,16 +35,6 @@ from selskill.stages.common import (
 from selskill.stages.context import load_policy, sampling_policy_path
 
 CODE_VERSION = 1  # bump when a change alters the rows this stage writes (completed ranks are then refused)
-
-
-def decision_token_index(tokenizer, ids: list[int], char_offset: int) -> int:
-    """Index of the token where the decision text (at `char_offset` of the decoded turn) begins."""
-    if char_offset <= 0:
-        return 0
-    for i in range(1, len(ids) + 1):
-        if len(tokenizer.decode(ids[:i], skip_special_tokens=False)) > char_offset:
-            return i - 1
-    return len(ids)
 
 
 def turn_scores(row: dict, turn: dict, decision_idx: int, cfg: BranchConfig) -> float:
@@ -74,23 +66,21 @@ def select_points(candidates: list[dict], cfg: BranchConfig, rng: random.Random)
     return sorted(chosen, key=lambda c: c["turn_index"])
 
 
-def branch_candidates(row: dict, tokenizer, skill_names, cfg: BranchConfig) -> list[dict]:
+def branch_candidates(row: dict, cfg: BranchConfig) -> list[dict]:
+    """Every well-formed turn of a rollout (the record's kind: BFCL also marks a broken call list)."""
     out = []
     steps_before = 0
     for t_index, turn in enumerate(row["turns"]):
-        parsed = parse_turn(turn["text"], skill_names)
-        # the record's kind too: BFCL marks an action whose call list does not parse as malformed
-        if parsed.kind != "malformed" and turn.get("kind") != "malformed":
-            turn_ids = row["token_ids"][turn["start"] : turn["end"]]
-            d_idx = decision_token_index(tokenizer, turn_ids, parsed.decision_start or 0)
+        if turn["kind"] != "malformed":
+            invoked = turn["kind"] == "skill"
             out.append(
                 {
                     "turn_index": t_index,
-                    "token_offset": turn["start"] + d_idx,
-                    "pool": "post_skill" if parsed.kind == "skill" else "ordinary",
-                    "score": turn_scores(row, turn, d_idx, cfg),
-                    "candidate_skill": parsed.skill if parsed.kind == "skill" else "",
-                    "original_decision": "invoke" if parsed.kind == "skill" else "skip",
+                    "token_offset": turn["start"] + turn["decision"],
+                    "pool": "post_skill" if invoked else "ordinary",
+                    "score": turn_scores(row, turn, turn["decision"], cfg),
+                    "candidate_skill": turn["skill"] if invoked else "",
+                    "original_decision": "invoke" if invoked else "skip",
                     "source_env_steps_before": steps_before,
                 }
             )
@@ -128,15 +118,12 @@ def run_branch(
             read_stage(sample, "rollout", run.world_size).to_pylist(), key=lambda r: r["rollout_id"]
         )
         mine = shard_items(rows, run.rank, run.world_size)
-        from transformers import AutoTokenizer
-
         names = skill_library(run.benchmark).names
-        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=pol.trust_remote_code)
         policy = None  # loaded only if an ordinary point needs its candidate skill
         out = []
         for row in mine:
             rng = random.Random(stable_seed(seed, run.round, "branch", row["rollout_id"]))
-            cands = branch_candidates(row, tokenizer, names, cfg)
+            cands = branch_candidates(row, cfg)
             stats.extra["candidates"] = stats.extra.get("candidates", 0) + len(cands)
             for c in select_points(cands, cfg, rng):
                 if c["pool"] == "ordinary":
@@ -146,21 +133,21 @@ def run_branch(
                         policy, row["token_ids"][: c["token_offset"]], names
                     )
                 out.append(
-                    {
-                        "branch_id": f"{row['rollout_id']}/t{c['turn_index']}",
-                        "rollout_id": row["rollout_id"],
-                        "task_id": row["task_id"],
-                        "task_type": row["task_type"],
-                        "round": run.round,
-                        "turn_index": c["turn_index"],
-                        "token_offset": c["token_offset"],
-                        "pool": c["pool"],
-                        "score": c["score"],
-                        "strategy": cfg.branch_strategy,
-                        "candidate_skill": c["candidate_skill"],
-                        "original_decision": c["original_decision"],
-                        "source_env_steps_before": c["source_env_steps_before"],
-                    }
+                    BranchPoint(
+                        branch_id=f"{row['rollout_id']}/t{c['turn_index']}",
+                        rollout_id=row["rollout_id"],
+                        task_id=row["task_id"],
+                        task_type=row["task_type"],
+                        round=run.round,
+                        turn_index=c["turn_index"],
+                        token_offset=c["token_offset"],
+                        pool=c["pool"],
+                        score=c["score"],
+                        strategy=cfg.branch_strategy,
+                        candidate_skill=c["candidate_skill"],
+                        original_decision=c["original_decision"],
+                        source_env_steps_before=c["source_env_steps_before"],
+                    ).to_row()
                 )
         stats.extra["rollouts"] = len(mine)
         return out

@@ -391,7 +391,7 @@ def read_stage(stage: StageDir, kind: str, world_size: int | None = None):
                     f"{name}: ranks {first} and {r} were computed with different inputs ({'; '.join(changes)}): "
                     f"rerun the {name} stage with --redo so that every rank is computed with this recipe"
                 )
-    return read_shards([stage.shard(r) for r in sorted(markers)], kind)
+    return read_shards([stage.shard(r) for r in sorted(markers)], kind, name)
 
 
 def record_skipped_games(stats: StageStats | None, index, log: Callable[[str], None] = print) -> None:

@@ -31,7 +31,7 @@ from selskill.stages.common import (
 )
 from selskill.stages.context import game_index, load_policy, make_runner
 
-CODE_VERSION = 1  # bump when a change alters the rows this stage writes (completed ranks are then refused)
+CODE_VERSION = 2  # bump when a change alters the rows this stage writes (completed ranks are then refused)
 
 
 def eval_policy_path(run: RunConfig) -> str:
@@ -76,7 +76,8 @@ def evaluate_rows(
                 f"eval/r{run.round}/{t}",
                 t,
                 stable_seed(seed, "eval", t),
-                meta={"task_type": by_id[t].task_type, "split": split, "mode": cfg.eval_mode},
+                meta={"task_type": by_id[t].task_type, "mode": cfg.eval_mode},
+                split=split,
             )
             for t in mine
         ]

@@ -5,7 +5,8 @@ environment to the same state, forces the decision's opening (`<tool_call>{"name
 "<skill>"` or `<action>`) and lets the same policy continue under the same prompt and
 skill listing to the episode's end. Nothing but the decision's own opening is inserted,
 so no intervention text reaches the training context. The prefix is prefilled once per
-branch point and shared by its K continuations.
+branch point and shared by its K continuations. Where the prefix's messages end and which
+split the task is in are read off the source rollout's records, never off counts or ids.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from selskill.config.rollout import RolloutConfig
 from selskill.config.run import PolicyConfig, RunConfig
 from selskill.config.stages import ForkConfig
 from selskill.data.layout import StageDir
+from selskill.data.records import BranchPoint, Fork, Turn
 from selskill.stages.common import (
     StageInputs,
     StageStats,
@@ -30,16 +32,16 @@ from selskill.stages.common import (
 )
 from selskill.stages.context import game_index, load_policy, make_runner, sampling_policy_path
 
-CODE_VERSION = 1  # bump when a change alters the rows this stage writes (completed ranks are then refused)
+CODE_VERSION = 2  # bump when a change alters the rows this stage writes (completed ranks are then refused)
 
 
-def fork_start(source: dict, branch: dict, arm: str) -> ForkStart:
-    t, offset = branch["turn_index"], branch["token_offset"]
+def fork_start(source: dict, branch: BranchPoint, arm: str) -> ForkStart:
+    t, offset = branch.turn_index, branch.token_offset
     turns = source["turns"][:t]
-    messages = json.loads(source["messages"])[: 2 + 2 * t]
+    messages = json.loads(source["messages"])[: source["turns"][t]["message_index"]]
     if arm == "invoke":
-        text = forced_prefix("invoke", branch["candidate_skill"])
-        canonical = render_skill_call(branch["candidate_skill"])  # the call as demonstrations write it
+        text = forced_prefix("invoke", branch.candidate_skill)
+        canonical = render_skill_call(branch.candidate_skill)  # the call as demonstrations write it
     else:
         text = canonical = forced_prefix("skip")
     return ForkStart(
@@ -51,10 +53,10 @@ def fork_start(source: dict, branch: dict, arm: str) -> ForkStart:
         turns=turns,
         messages=messages,
         env_commands=[c for turn in turns for c in (turn["commands"] or [])],
-        env_steps_before=branch["source_env_steps_before"],
+        env_steps_before=branch.source_env_steps_before,
         forced_text=text,
         forced_canonical=canonical,
-        cache_from=branch["branch_id"],
+        cache_from=branch.branch_id,
     )
 
 
@@ -64,30 +66,34 @@ def run_fork(run: RunConfig, pol: PolicyConfig, rollout: RolloutConfig, cfg: For
 
     def compute(stats: StageStats) -> list[dict]:
         sd = lambda name: StageDir.of(run.runs_dir, run.exp, run.round, name)  # noqa: E731
-        branches = read_stage(sd("branch"), "branch", run.world_size).to_pylist()
-        mine = shard_items(sorted(branches, key=lambda b: b["branch_id"]), run.rank, run.world_size)
+        branches = [
+            BranchPoint.from_row(b) for b in read_stage(sd("branch"), "branch", run.world_size).to_pylist()
+        ]
+        mine = shard_items(sorted(branches, key=lambda b: b.branch_id), run.rank, run.world_size)
         if not mine:
             return []
         rollouts = read_stage(sd("sample"), "rollout", run.world_size)
-        needed = {b["rollout_id"] for b in mine}
+        needed = {b.rollout_id for b in mine}
         sources = {r["rollout_id"]: r for r in rollouts.to_pylist() if r["rollout_id"] in needed}
-        index = game_index(run, sources[mine[0]["rollout_id"]]["task_id"].split("/", 1)[0])
+        split = sources[mine[0].rollout_id]["split"]  # one sample stage: one split
+        index = game_index(run, split)
         record_skipped_games(stats, index)
         policy = load_policy(pol, path, rollout, seed)
         runner = make_runner(policy, index, rollout, cfg.fork_temperature, cfg.fork_top_p)
         specs = []
         for b in mine:
             for arm, k_arm in (("invoke", cfg.fork_k_invoke), ("skip", cfg.fork_k_skip)):
-                start = fork_start(sources[b["rollout_id"]], b, arm)
+                start = fork_start(sources[b.rollout_id], b, arm)
                 for k in range(k_arm):
-                    fid = f"{b['branch_id']}/{arm}{k}"
+                    fid = f"{b.branch_id}/{arm}{k}"
                     specs.append(
                         EpisodeSpec(
                             fid,
-                            b["task_id"],
+                            b.task_id,
                             stable_seed(seed, run.round, "fork", fid),
                             fork=start,
                             meta={"branch": b, "arm": arm, "k": k},
+                            split=split,
                         )
                     )
         bar = progress_bar(len(specs), f"fork r{run.round} rank {run.rank}")
@@ -96,30 +102,31 @@ def run_fork(run: RunConfig, pol: PolicyConfig, rollout: RolloutConfig, cfg: For
         out = []
         for spec, row in zip(specs, rows, strict=True):
             b = spec.meta["branch"]
-            stats.tokens += len(row["token_ids"]) - b["token_offset"]
+            stats.tokens += len(row["token_ids"]) - b.token_offset
             if row["termination"] == "error":
                 stats.failures["env_error"] += 1
-            row = {k: v for k, v in row.items() if k != "n_prompt_tokens"}
+            episode = {k: v for k, v in row.items() if k != "n_prompt_tokens"}
+            episode["turns"] = [Turn.from_row(t) for t in row["turns"]]
             out.append(
-                {
-                    "fork_id": spec.episode_id,
-                    "branch_id": b["branch_id"],
-                    "rollout_id": b["rollout_id"],
-                    "task_id": b["task_id"],
-                    "task_type": b["task_type"],
-                    "round": run.round,
-                    "arm": spec.meta["arm"],
-                    "k": spec.meta["k"],
-                    "seed": spec.seed,
-                    "prefix_len": b["token_offset"],
-                    **row,
-                    "env_steps_after_branch": row["env_steps"] - b["source_env_steps_before"],
+                Fork(
+                    fork_id=spec.episode_id,
+                    branch_id=b.branch_id,
+                    rollout_id=b.rollout_id,
+                    task_id=b.task_id,
+                    task_type=b.task_type,
+                    round=run.round,
+                    arm=spec.meta["arm"],
+                    k=spec.meta["k"],
+                    seed=spec.seed,
+                    prefix_len=b.token_offset,
+                    **episode,
+                    env_steps_after_branch=row["env_steps"] - b.source_env_steps_before,
                     # agent decisions from the branch turn on (the label's efficiency measure)
-                    "steps_after_branch": row["n_turns"] - b["turn_index"],
-                    "malformed_after_branch": sum(
-                        1 for t in row["turns"][b["turn_index"] :] if t["kind"] == "malformed"
+                    steps_after_branch=row["n_turns"] - b.turn_index,
+                    malformed_after_branch=sum(
+                        1 for t in row["turns"][b.turn_index :] if t["kind"] == "malformed"
                     ),
-                }
+                ).to_row()
             )
         tps = policy.stats()
         stats.extra.update(

@@ -30,6 +30,7 @@ from collections import Counter, defaultdict
 from selskill.config.run import RunConfig
 from selskill.config.stages import LabelConfig
 from selskill.data.layout import StageDir
+from selskill.data.records import Pair
 from selskill.metrics import StepMeasure, step_measure
 from selskill.stages.common import (
     StageInputs,
@@ -68,37 +69,36 @@ def _pair(
     r_src="",
 ) -> dict:
     b = branch or {}
-    pid = f"{kind}/{c_src}>{r_src}"
-    return {
-        "pair_id": pid,
-        "kind": kind,
-        "task_id": task_id,
-        "task_type": task_type,
-        "round": round_,
-        "prompt_ids": prompt,
-        "chosen_ids": chosen["ids"],
-        "rejected_ids": rejected["ids"],
-        "chosen_role": chosen["role"],
-        "rejected_role": rejected["role"],
-        "chosen_turn": chosen["turn"],
-        "rejected_turn": rejected["turn"],
-        "label_reason": reason,
-        "chosen_success": bool(c_row["success"]),
-        "rejected_success": bool(r_row["success"]),
-        "chosen_steps": int(c_steps),
-        "rejected_steps": int(r_steps),
-        "chosen_arm": c_arm,
-        "rejected_arm": r_arm,
-        "branch_id": b.get("branch_id", ""),
-        "branch_pool": b.get("pool", ""),
-        "branch_score": float(b.get("score", 0.0)),
-        "branch_strategy": b.get("strategy", ""),
-        "candidate_skill": b.get("candidate_skill", ""),
-        "chosen_source": c_src,
-        "rejected_source": r_src,
-        "chosen_messages": c_row["messages"],
-        "rejected_messages": r_row["messages"],
-    }
+    return Pair(
+        pair_id=f"{kind}/{c_src}>{r_src}",
+        kind=kind,
+        task_id=task_id,
+        task_type=task_type,
+        round=round_,
+        prompt_ids=prompt,
+        chosen_ids=chosen["ids"],
+        rejected_ids=rejected["ids"],
+        chosen_role=chosen["role"],
+        rejected_role=rejected["role"],
+        chosen_turn=chosen["turn"],
+        rejected_turn=rejected["turn"],
+        label_reason=reason,
+        chosen_success=bool(c_row["success"]),
+        rejected_success=bool(r_row["success"]),
+        chosen_steps=int(c_steps),
+        rejected_steps=int(r_steps),
+        chosen_arm=c_arm,
+        rejected_arm=r_arm,
+        branch_id=b.get("branch_id", ""),
+        branch_pool=b.get("pool", ""),
+        branch_score=float(b.get("score", 0.0)),
+        branch_strategy=b.get("strategy", ""),
+        candidate_skill=b.get("candidate_skill", ""),
+        chosen_source=c_src,
+        rejected_source=r_src,
+        chosen_messages=c_row["messages"],
+        rejected_messages=r_row["messages"],
+    ).to_row()
 
 
 def episode_pairs(

@@ -23,7 +23,7 @@ from selskill.stages.common import (
 )
 from selskill.stages.context import game_index, load_policy, make_runner, sampling_policy_path
 
-CODE_VERSION = 1  # bump when a change alters the rows this stage writes (completed ranks are then refused)
+CODE_VERSION = 2  # bump when a change alters the rows this stage writes (completed ranks are then refused)
 
 
 def task_list(
@@ -61,6 +61,7 @@ def run_sample(
                         task,
                         stable_seed(seed, run.round, "sample", task, k),
                         meta={"k": k, "task_type": by_id[task].task_type},
+                        split=cfg.sample_split,
                     )
                 )
         bar = progress_bar(len(specs), f"sample r{run.round} rank {run.rank}")

@@ -1,0 +1,167 @@
+"""Typed rows: one dataclass per schema of `selskill.data.schema`, field for field, in order.
+
+Shards hold plain dicts (what pyarrow reads and writes); code that builds or reads a row
+through these names its fields once, so a misspelt or forgotten column fails where the row
+is made rather than as a null in the shard. `tests/test_records.py` keeps the fields equal
+to the schemas' names.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+
+class _Row:
+    """`to_row` / `from_row` for a dataclass whose `turns` field, if any, holds `Turn`s."""
+
+    def to_row(self) -> dict:
+        out = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "turns" and value is not None:
+                value = [t.to_row() for t in value]
+            out[f.name] = value
+        return out
+
+    @classmethod
+    def from_row(cls, row: dict):
+        values = {f.name: row[f.name] for f in fields(cls)}
+        if values.get("turns") is not None:
+            values["turns"] = [Turn.from_row(t) for t in values["turns"]]
+        return cls(**values)
+
+
+@dataclass
+class Turn(_Row):
+    """One assistant turn as the runner recorded it (the `turns` entries of rollout and fork rows)."""
+
+    start: int
+    end: int
+    # recorded when the turn is generated so that the branch stage need not decode prefixes again
+    decision: int
+    message_index: int  # fork prefixes cut `messages` here (a message count per turn is no contract)
+    text: str
+    kind: str
+    reason: str | None
+    action: str | None
+    skill: str | None
+    arguments: str | None
+    exec_precise: bool | None
+    exec_error: str | None
+    env_steps: int
+    commands: list[str]
+    forced: bool
+
+
+@dataclass
+class Rollout(_Row):
+    rollout_id: str
+    run: str
+    round: int
+    task_id: str
+    task_type: str
+    split: str
+    sample_idx: int
+    policy_id: str
+    seed: int
+    n_prompt_tokens: int
+    token_ids: list[int]
+    logprob: list[float]
+    entropy: list[float]
+    role: list[int]
+    turn: list[int]
+    success: bool
+    env_steps: int
+    n_turns: int
+    n_skill_calls: int
+    n_precise_calls: int
+    n_malformed: int
+    termination: str
+    error: str | None
+    turns: list[Turn]
+    messages: str
+
+
+@dataclass
+class BranchPoint(_Row):
+    branch_id: str
+    rollout_id: str
+    task_id: str
+    task_type: str
+    round: int
+    turn_index: int
+    token_offset: int
+    pool: str
+    score: float
+    strategy: str
+    candidate_skill: str
+    original_decision: str
+    source_env_steps_before: int
+
+
+@dataclass
+class Fork(_Row):
+    fork_id: str
+    branch_id: str
+    rollout_id: str
+    task_id: str
+    task_type: str
+    split: str
+    round: int
+    arm: str
+    k: int
+    seed: int
+    prefix_len: int
+    token_ids: list[int]
+    logprob: list[float]
+    entropy: list[float]
+    role: list[int]
+    turn: list[int]
+    success: bool
+    env_steps: int
+    n_turns: int
+    n_skill_calls: int
+    n_precise_calls: int
+    n_malformed: int
+    termination: str
+    error: str | None
+    turns: list[Turn]
+    messages: str
+    env_steps_after_branch: int
+    steps_after_branch: int
+    malformed_after_branch: int
+
+
+@dataclass
+class Pair(_Row):
+    pair_id: str
+    kind: str
+    task_id: str
+    task_type: str
+    round: int
+    prompt_ids: list[int]
+    chosen_ids: list[int]
+    rejected_ids: list[int]
+    chosen_role: list[int]
+    rejected_role: list[int]
+    chosen_turn: list[int]
+    rejected_turn: list[int]
+    label_reason: str
+    chosen_success: bool
+    rejected_success: bool
+    chosen_steps: int
+    rejected_steps: int
+    chosen_arm: str
+    rejected_arm: str
+    branch_id: str
+    branch_pool: str
+    branch_score: float
+    branch_strategy: str
+    candidate_skill: str
+    chosen_source: str
+    rejected_source: str
+    chosen_messages: str
+    rejected_messages: str
+
+
+RECORDS: dict[str, type[_Row]] = {"rollout": Rollout, "branch": BranchPoint, "fork": Fork, "pair": Pair}

@@ -1,0 +1,87 @@
+"""The typed records mirror the pyarrow schemas field for field, and rows survive them unchanged."""
+
+import dataclasses
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from selskill.data.layout import StageDir
+from selskill.data.records import RECORDS, BranchPoint, Fork, Pair, Rollout, Turn
+from selskill.data.schema import _TURN, SCHEMAS, SchemaError, validate_table
+from selskill.data.shards import ShardError, read_shard, write_shard
+
+
+def _names(cls) -> list[str]:
+    return [f.name for f in dataclasses.fields(cls)]
+
+
+@pytest.mark.parametrize("kind", sorted(SCHEMAS))
+def test_each_record_has_its_schemas_fields_in_order(kind):
+    assert _names(RECORDS[kind]) == SCHEMAS[kind].names
+
+
+def test_turn_mirrors_the_turn_struct():
+    assert _names(Turn) == [_TURN.field(i).name for i in range(_TURN.num_fields)]
+    for kind in ("rollout", "fork"):
+        assert SCHEMAS[kind].field("turns").type == pa.list_(_TURN)
+
+
+@pytest.fixture(scope="module")
+def fixture_rows(tmp_path_factory):
+    from fixtures_run import write_fixture_run
+
+    run = write_fixture_run(tmp_path_factory.mktemp("runs"))
+    return {
+        stage: pq.read_table(StageDir(run / "round_1" / stage).shard(0)).to_pylist()
+        for stage in ("sample", "branch", "fork", "label")
+    }
+
+
+@pytest.mark.parametrize(
+    ("stage", "cls"), [("sample", Rollout), ("branch", BranchPoint), ("fork", Fork), ("label", Pair)]
+)
+def test_rows_read_from_a_shard_round_trip(fixture_rows, stage, cls):
+    rows = fixture_rows[stage]
+    assert rows
+    for row in rows:
+        record = cls.from_row(row)
+        assert record.to_row() == row
+    if "turns" in rows[0]:
+        assert all(isinstance(t, Turn) for t in cls.from_row(rows[0]).turns)
+
+
+def test_a_row_without_a_column_is_refused_by_the_record(fixture_rows):
+    turn = dict(fixture_rows["sample"][0]["turns"][0])
+    del turn["decision"]
+    with pytest.raises(KeyError, match="decision"):
+        Turn.from_row(turn)
+
+
+def test_a_shard_of_an_older_schema_names_the_stage_to_rerun(fixture_rows, tmp_path):
+    old_turn = pa.struct([f for f in _TURN if f.name not in ("decision", "message_index")])
+    old = pa.schema(
+        [
+            pa.field("turns", pa.list_(old_turn)) if f.name == "turns" else f
+            for f in SCHEMAS["rollout"]
+            if f.name != "split"
+        ]
+    )
+    rows = [
+        {
+            **{k: v for k, v in r.items() if k != "split"},
+            "turns": [
+                {k: v for k, v in t.items() if k not in ("decision", "message_index")} for t in r["turns"]
+            ],
+        }
+        for r in fixture_rows["sample"]
+    ]
+    table = pa.Table.from_pylist(rows, schema=old)
+    with pytest.raises(SchemaError, match=r"missing: \['split'\].*of another type: \['turns'\]"):
+        validate_table(table, "rollout")
+    stage = StageDir(tmp_path / "round_1" / "sample")
+    stage.shards.mkdir(parents=True)
+    pq.write_table(table, stage.shard(0))
+    with pytest.raises(ShardError, match=r"rerun the sample stage .*round_1/sample\) with --redo"):
+        read_shard(stage.shard(0), "rollout", "sample")
+    write_shard(fixture_rows["sample"], stage.shard(1), "rollout")  # the current rows pass
