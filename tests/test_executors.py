@@ -159,6 +159,62 @@ def test_slurm_submits_each_stage_after_the_previous_one(tmp_path, monkeypatch):
     assert (where / "logs").is_dir()
 
 
+def _stand_in_slurm(tmp_path, monkeypatch, squeue_body: str) -> Path:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sbatch").write_text('#!/bin/bash\necho "77;cluster"\n')
+    (bin_dir / "squeue").write_text("#!/bin/bash\n" + squeue_body)
+    for tool in ("sbatch", "squeue"):
+        (bin_dir / tool).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    return bin_dir
+
+
+def test_slurm_wait_returns_once_the_markers_are_complete_and_fails_on_a_job_gone_without_them(
+    tmp_path, monkeypatch
+):
+    from selskill.executors.base import Stage, StageFailed
+
+    recipe = load_recipe(["--config", "recipes/tiny.yaml", "--runs_dir", str(tmp_path / "runs")])
+    looks = tmp_path / "looks"
+    # the job is queued for three looks, then gone; its "ranks" finish on the second look
+    _stand_in_slurm(
+        tmp_path, monkeypatch, f"echo x >> {looks}\n[ $(wc -l < {looks}) -le 3 ] && echo 77\nexit 0\n"
+    )
+    done = lambda r: looks.exists() and len(looks.read_text().splitlines()) >= 2  # noqa: E731
+    lines = []
+    executor = SlurmExecutor(wait=True, poll_seconds=0.01, out=lines.append)
+    executor.run(recipe, [Stage("sample", lambda r: None, complete=done)])
+    assert executor.waits and lines[-1].startswith("sample: complete (job 77")
+    assert len(looks.read_text().splitlines()) == 2  # it stopped looking once the markers were there
+
+    looks.unlink()
+    never = Stage("fork", lambda r: None, complete=lambda r: False)
+    with pytest.raises(
+        StageFailed, match="fork: job 77 left the queue before every rank.*Rerun the same command"
+    ):
+        SlurmExecutor(wait=True, poll_seconds=0.01, out=lines.append).run(recipe, [never])
+    assert len(looks.read_text().splitlines()) == 4  # three looks while queued, one that found it gone
+
+
+def test_slurm_wait_is_a_recipe_key_and_dry_run_never_waits():
+    recipe = load_recipe(["--config", "recipes/tiny.yaml", "--executor", "slurm", "--slurm_wait", "true"])
+    executor = make_executor(recipe)
+    assert executor.waits and executor.poll_seconds == 30.0
+    dry = load_recipe(["--config", "recipes/tiny.yaml", "--executor", "slurm", "--slurm_wait", "--dry_run"])
+    assert not make_executor(dry).waits
+
+
+def test_the_table_says_when_a_stage_is_complete(tmp_path):
+    recipe = load_recipe(["--config", "recipes/tiny.yaml", "--runs_dir", str(tmp_path), "--world_size", "2"])
+    assert BY_NAME["init"].complete is None  # its job's end says it
+    assert not BY_NAME["fork"].complete(recipe)
+    train = tmp_path / "tiny/round_1/train"
+    train.mkdir(parents=True)
+    (train / "COMPLETED").write_text("")
+    assert BY_NAME["train"].complete(recipe)
+
+
 def test_worker_argv_drops_the_scheduling_keys():
     argv = [
         "--config",

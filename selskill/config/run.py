@@ -145,6 +145,16 @@ class RunConfig:
         default="",
         metadata={"help": "executor slurm: more sbatch options, one #SBATCH line each (e.g. '--account=a --qos=b')"},
     )
+    slurm_wait: bool = field(
+        default=False,
+        metadata={
+            "help": "executor slurm: wait until every stage's completion markers are written, then print the "
+            "round's summary (false: return once the jobs are queued)"
+        },
+    )
+    slurm_poll_seconds: float = field(
+        default=30.0, metadata={"help": "executor slurm with slurm_wait: seconds between looks at the markers"}
+    )
     ray_address: str = field(
         default="",
         metadata={"help": "executor ray: ray.init address (empty: a local Ray instance for the round; auto: the cluster)"},
@@ -162,7 +172,7 @@ class RunConfig:
         check_at_least(self, 1, "slurm_cpus_per_task")
         check_at_least(
             self, 0, "slurm_gpus_per_task", "slurm_train_gpus", "slurm_array_parallelism", "ray_cpus_per_task",
-            "ray_gpus_per_task", "ray_train_gpus",
+            "ray_gpus_per_task", "ray_train_gpus", "slurm_poll_seconds",
         )
         if self.world_size < 1 or not 0 <= self.rank < self.world_size:
             raise ValueError(

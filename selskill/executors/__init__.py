@@ -29,7 +29,9 @@ def make_executor(recipe) -> Executor:
             array_parallelism=run.slurm_array_parallelism,
             sbatch_args=run.slurm_sbatch_args,
         )
-        return SlurmExecutor(options, dry_run=recipe.train.dry_run)
+        return SlurmExecutor(
+            options, dry_run=recipe.train.dry_run, wait=run.slurm_wait, poll_seconds=run.slurm_poll_seconds
+        )
     if run.executor == "ray":
         from selskill.executors.ray import RayExecutor
 

@@ -43,6 +43,9 @@ class Stage:
     fn: Callable[[Recipe], Any]
     sharded: bool = True
     doc: str = ""
+    # whether every output of the stage is on disk for this recipe (its completion markers):
+    # what an executor that queues jobs polls when it waits; None: only the job's end says it
+    complete: Callable[[Recipe], bool] | None = None
 
     def ranks(self, recipe: Recipe) -> int:
         return recipe.run.world_size if self.sharded else 1

@@ -2,7 +2,11 @@
 
 Each job waits for the previous stage's job (`--dependency=afterok`, with
 `--kill-on-invalid-dep=yes` so that a failed stage cancels the rest instead of leaving
-them pending forever), and submitting returns at once. Array task i runs rank i of the
+them pending forever). Submitting returns at once, or, with `wait` (`slurm_wait`), once
+every stage's completion markers are on disk: the markers, not the job states, say a
+stage is done (a job can end without error and
+still leave a rank incomplete), and a job that leaves the queue before its stage's markers
+are complete fails the round with the logs to read. Array task i runs rank i of the
 stage from the recipe's own command line, the one a user would type for that rank, so a
 failed task is rerun by hand with the line in its script; ranks already complete are
 skipped by the stage. Scripts go to `runs/<exp>/round_<r>/slurm/<stage>.sh`, logs to
@@ -17,11 +21,12 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from selskill.executors.base import Executor, Stage, recipe_argv
+from selskill.executors.base import Executor, Stage, StageFailed, recipe_argv
 
 RANK = "$SLURM_ARRAY_TASK_ID"
 
@@ -67,7 +72,6 @@ class SlurmOptions:
 
 class SlurmExecutor(Executor):
     name = "slurm"
-    waits = False
 
     def __init__(
         self,
@@ -75,11 +79,15 @@ class SlurmExecutor(Executor):
         dry_run: bool = False,
         python: str = sys.executable,
         out: Callable[[str], None] = print,
+        wait: bool = False,
+        poll_seconds: float = 30.0,
     ):
         self.options = options or SlurmOptions()
         self.dry_run = dry_run
         self.python = python
         self.out = out
+        self.waits = wait and not dry_run
+        self.poll_seconds = poll_seconds
         self.jobs: dict[str, str] = {}  # stage -> job id, as submitted
 
     def script_dir(self, recipe) -> Path:
@@ -139,6 +147,9 @@ class SlurmExecutor(Executor):
         super().run(recipe, stages)
         if self.dry_run:
             self.out("dry run: nothing was written or submitted")
+        elif self.waits:
+            for stage in stages:
+                self.wait_for(recipe, stage)
         else:
             jobs = ", ".join(f"{s} {j}" for s, j in self.jobs.items())
             self.out(
@@ -147,6 +158,29 @@ class SlurmExecutor(Executor):
                 "prints the round's summary (every stage is then complete and skipped)"
             )
 
+    def queued(self, job: str) -> bool:
+        """Whether `job` (any task of its array) is still pending or running."""
+        done = subprocess.run(["squeue", "-h", "-j", job, "-o", "%i"], capture_output=True, text=True)
+        return done.returncode == 0 and bool(done.stdout.strip())  # squeue refuses a job id it forgot
+
+    def wait_for(self, recipe, stage: Stage) -> None:
+        """Until the stage's markers are complete; a job gone from the queue before that fails the round."""
+        job = self.jobs[stage.name]
+        started = time.monotonic()
+        while True:
+            if stage.complete is not None and stage.complete(recipe):
+                break
+            if not self.queued(job):
+                if stage.complete is None or stage.complete(recipe):  # a marker written as the job ended
+                    break
+                raise StageFailed(
+                    f"{stage.name}: job {job} left the queue before every rank of the stage was complete (it "
+                    f"failed, was cancelled, or an earlier stage's failure cancelled it). Its log: "
+                    f"{self.script_dir(recipe) / 'logs'}. Rerun the same command: complete ranks are skipped"
+                )
+            time.sleep(self.poll_seconds)
+        self.out(f"{stage.name}: complete (job {job}, waited {time.monotonic() - started:.0f} s)")
+
     def run_stage(self, recipe, stage: Stage, after: str | None = None) -> str:
         script = self.script_dir(recipe) / f"{stage.name}.sh"
         text = self.render(recipe, stage)
@@ -154,10 +188,11 @@ class SlurmExecutor(Executor):
             placeholder = after and f"<job id of {after}>"
             self.out(f"# --- {script}\n{text}# submit: {shlex.join(self.sbatch_argv(script, placeholder))}\n")
             return stage.name
-        if shutil.which("sbatch") is None:
-            raise FileNotFoundError(
-                "the slurm executor needs Slurm's sbatch on PATH; add --dry_run to print the scripts instead"
-            )
+        for tool in ("sbatch", "squeue") if self.waits else ("sbatch",):
+            if shutil.which(tool) is None:
+                raise FileNotFoundError(
+                    f"the slurm executor needs Slurm's {tool} on PATH; add --dry_run to print the scripts instead"
+                )
         (script.parent / "logs").mkdir(parents=True, exist_ok=True)
         script.write_text(text)
         done = subprocess.run(self.sbatch_argv(script, after), capture_output=True, text=True)

@@ -100,14 +100,43 @@ def eval_stage(recipe: Recipe):
     return run_eval(recipe.run, recipe.policy, recipe.rollout, recipe.eval, recipe.seed)
 
 
+def _markers(name: str) -> Callable[[Recipe], bool]:
+    """A sharded stage is complete when every rank's completion marker verifies."""
+
+    def complete(recipe: Recipe) -> bool:
+        from selskill.data.layout import StageDir
+
+        run = recipe.run
+        stage = recipe.eval.stage if name == "eval" else name
+        sd = StageDir.of(run.runs_dir, run.exp, run.round, stage)
+        return all(sd.is_complete(r) for r in range(run.world_size))
+
+    return complete
+
+
+def _train_complete(recipe: Recipe) -> bool:
+    from selskill.train.run import COMPLETED
+
+    run = recipe.run
+    return (round_dir(run.runs_dir, run.exp, run.round) / "train" / COMPLETED).exists()
+
+
 STAGES: tuple[Stage, ...] = (
     Stage("init", init_stage, sharded=False, doc="games; round 1: the starting policy and its round-0 eval"),
-    Stage("sample", sample_stage, doc="K rollouts per task from round r-1's policy"),
-    Stage("branch", branch_stage, doc="the decision points worth forking"),
-    Stage("fork", fork_stage, doc="invoke and skip continuations from each point"),
-    Stage("label", label_stage, doc="preference pairs: outcome, then efficiency"),
-    Stage("train", train_stage, sharded=False, doc="DPO on the round's pairs (accelerate parallelises it)"),
-    Stage("eval", eval_stage, doc="greedy episodes on the held-out splits"),
+    Stage(
+        "sample", sample_stage, doc="K rollouts per task from round r-1's policy", complete=_markers("sample")
+    ),
+    Stage("branch", branch_stage, doc="the decision points worth forking", complete=_markers("branch")),
+    Stage("fork", fork_stage, doc="invoke and skip continuations from each point", complete=_markers("fork")),
+    Stage("label", label_stage, doc="preference pairs: outcome, then efficiency", complete=_markers("label")),
+    Stage(
+        "train",
+        train_stage,
+        sharded=False,
+        doc="DPO on the round's pairs (accelerate parallelises it)",
+        complete=_train_complete,
+    ),
+    Stage("eval", eval_stage, doc="greedy episodes on the held-out splits", complete=_markers("eval")),
 )
 BY_NAME = {s.name: s for s in STAGES}
 
