@@ -77,7 +77,7 @@ def main(argv=None) -> int:
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from selskill.agent.turn_format import TurnFormat
+    from selskill.agent.alfworld import AlfworldTurnFormat
     from selskill.envs.alfworld import find_games
     from selskill.init.alfworld import train_games
     from selskill.init.demos import DemoMix, build_demos
@@ -92,7 +92,7 @@ def main(argv=None) -> int:
     kwargs = {
         "mix": DemoMix(**s["demo_mix"]),
         "seed": s["seed"],
-        "fmt": TurnFormat(**s["fmt"]),
+        "fmt": AlfworldTurnFormat(**s["fmt"]),
         "listing_style": s["listing_style"],
         "max_env_steps": s["max_env_steps"],
     }

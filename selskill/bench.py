@@ -17,11 +17,11 @@ def _policy(model_dir: str | None, **kwargs):
 
     if model_dir:
         return HFPolicy(model_dir, **kwargs), model_dir
-    from selskill.agent.turn_format import TurnFormat
+    from selskill.agent.alfworld import AlfworldTurnFormat
     from selskill.policy.bootstrap import build_model, train_tokenizer
     from selskill.skills import load_alfworld_skills, render_listing
 
-    texts = [TurnFormat(style="compact").system_text(render_listing(load_alfworld_skills()))] * 4
+    texts = [AlfworldTurnFormat(style="compact").system_text(render_listing(load_alfworld_skills()))] * 4
     tok = train_tokenizer(texts, vocab_size=1024)
     return HFPolicy("random-tiny", model=build_model(tok), tokenizer=tok, **kwargs), "random-tiny (untrained)"
 
@@ -31,8 +31,8 @@ def bench_episodes(
 ) -> dict:
     import functools
 
+    from selskill.agent.alfworld import AlfworldTurnFormat
     from selskill.agent.runner import EpisodeRunner, EpisodeSpec, RunnerConfig
-    from selskill.agent.turn_format import TurnFormat
     from selskill.envs.alfworld import AlfworldEnv, clear_engine_caches
     from selskill.skills import load_alfworld_skills
 
@@ -41,7 +41,7 @@ def bench_episodes(
         policy,
         functools.partial(AlfworldEnv, index),  # picklable: episodes may run in a child process
         load_alfworld_skills(),
-        TurnFormat(style="compact", admissible_style="all"),  # recipes/tiny.yaml's format
+        AlfworldTurnFormat(style="compact", admissible_style="all"),  # recipes/tiny.yaml's format
         RunnerConfig(
             max_env_steps=max_env_steps,
             max_new_tokens=32,

@@ -27,12 +27,13 @@ def tiny_model_dir(tmp_path_factory, small_games):
 
     from train_helpers import MICRO_ARCH
 
-    from selskill.agent.turn_format import TurnFormat, render_action, render_skill_call
+    from selskill.agent.alfworld import AlfworldTurnFormat
+    from selskill.agent.turn_format import render_action, render_skill_call
     from selskill.policy.bootstrap import build_model, train_tokenizer
     from selskill.skills import load_alfworld_skills, render_listing
 
     lib = load_alfworld_skills()
-    texts = [TurnFormat(style="compact").system_text(render_listing(lib))]
+    texts = [AlfworldTurnFormat(style="compact").system_text(render_listing(lib))]
     texts += [render_action("go to desk 1"), render_skill_call("heat_object", {"object": "mug 1"})]
     texts += [json.loads(p.read_text())["pddl_problem"] for p in small_games.rglob("game.tw-pddl")]
     tok = train_tokenizer(texts, vocab_size=600)

@@ -9,6 +9,7 @@ from fixtures_run import write_fixture_run
 from test_runner import ScriptedPolicy
 
 from selskill import report as rp
+from selskill.agent.alfworld import AlfworldTurnFormat
 from selskill.agent.eval_modes import (
     CONSERVATIVE_INSTRUCTION,
     MODES,
@@ -16,13 +17,13 @@ from selskill.agent.eval_modes import (
     prompt_setup,
 )
 from selskill.agent.runner import EpisodeRunner, EpisodeSpec, RunnerConfig
-from selskill.agent.turn_format import TOOL_CALL_OPEN, TurnFormat, render_action, render_skill_call
+from selskill.agent.turn_format import TOOL_CALL_OPEN, render_action, render_skill_call
 from selskill.envs.alfworld import AlfworldEnv, find_games
 from selskill.policy.hf import HFPolicy
 from selskill.skills import load_alfworld_skills, render_listing
 from selskill.stages.evaluate import EvalConfig
 
-FMT = TurnFormat(style="compact", admissible_style="local")
+FMT = AlfworldTurnFormat(style="compact", admissible_style="local")
 LIB = load_alfworld_skills()
 
 

@@ -5,9 +5,9 @@ import json
 
 import pytest
 
+from selskill.agent.alfworld import AlfworldTurnFormat
 from selskill.agent.parser import parse_turn
 from selskill.agent.transcript import after_action, after_skill, opening_messages
-from selskill.agent.turn_format import TurnFormat
 from selskill.config.init import InitConfig
 from selskill.envs.alfworld import AlfworldEnv, find_games
 from selskill.init import alfworld as init_build
@@ -186,7 +186,7 @@ def test_build_reload_and_reuse(tmp_path, monkeypatch):
     with pytest.raises(FileExistsError):
         build_init_policy(out, **{**kwargs, "lr": 1e-3})
     # the prompt format is a setting too: a policy is sampled with the format it was trained on
-    all_commands = TurnFormat(style="compact", admissible_style="all")
+    all_commands = AlfworldTurnFormat(style="compact", admissible_style="all")
     with pytest.raises(FileExistsError):
         build_init_policy(out, **{**kwargs, "fmt": all_commands})
     assert manifest["settings"]["fmt"]["admissible_style"] == "local"

@@ -4,10 +4,10 @@ import json
 
 import pytest
 
+from selskill.agent.alfworld import AlfworldTurnFormat
 from selskill.agent.turn_format import (
     ACTION_OPEN,
     TOOL_CALL_OPEN,
-    TurnFormat,
     forced_prefix,
     render_action,
     render_skill_call,
@@ -67,11 +67,11 @@ def test_forced_prefix_rejects_misuse():
 
 @pytest.mark.parametrize("style", ["thinking", "compact"])
 def test_system_message_is_deterministic_and_explains_the_protocol(style):
-    fmt = TurnFormat(style=style)
+    fmt = AlfworldTurnFormat(style=style)
     msg = fmt.system_message(LISTING)
     assert msg["role"] == "system"
     assert LISTING in msg["content"]
-    assert msg == fmt.system_message(LISTING) == TurnFormat(style=style).system_message(LISTING)
+    assert msg == fmt.system_message(LISTING) == AlfworldTurnFormat(style=style).system_message(LISTING)
     text = msg["content"].lower()
     for needle in ("<action>", "<tool_call>", "one decision", "admissible", "description only", "invoke"):
         assert needle in text
@@ -79,52 +79,56 @@ def test_system_message_is_deterministic_and_explains_the_protocol(style):
 
 
 def test_compact_system_text_is_shorter():
-    assert len(TurnFormat(style="compact").system_text(LISTING)) < len(TurnFormat().system_text(LISTING))
+    assert len(AlfworldTurnFormat(style="compact").system_text(LISTING)) < len(
+        AlfworldTurnFormat().system_text(LISTING)
+    )
 
 
 def test_empty_listing_is_explicit():
-    assert "(none)" in TurnFormat().system_text("")
+    assert "(none)" in AlfworldTurnFormat().system_text("")
 
 
 def test_invalid_style_fails_loudly():
     with pytest.raises(ValueError):
-        TurnFormat(style="verbose")
+        AlfworldTurnFormat(style="verbose")
 
 
 def test_turn_format_is_frozen():
     with pytest.raises(AttributeError):
-        TurnFormat().style = "compact"
+        AlfworldTurnFormat().style = "compact"
 
 
 def test_observation_message_task_and_admissible_commands():
-    fmt = TurnFormat(show_admissible_commands=True)
+    fmt = AlfworldTurnFormat(show_admissible_commands=True)
     msg = fmt.observation_message("You are in a room.", ["go to desk 1", "look"], task="put a mug in desk 1.")
     assert msg == {
         "role": "user",
         "content": "You are in a room.\nYour task is to: put a mug in desk 1.\nAdmissible commands: go to desk 1; look",
     }
-    hidden = TurnFormat(show_admissible_commands=False).observation_message("Nothing happens.", ["look"])
+    hidden = AlfworldTurnFormat(show_admissible_commands=False).observation_message(
+        "Nothing happens.", ["look"]
+    )
     assert hidden == {"role": "user", "content": "Nothing happens."}
     assert fmt.observation_message("Nothing happens.")["content"] == "Nothing happens."
 
 
 def test_task_already_in_observation_is_not_repeated():
     obs = "You are in a room.\n\nYour task is to: put a mug in desk 1."
-    content = TurnFormat(show_admissible_commands=False).observation_message(
+    content = AlfworldTurnFormat(show_admissible_commands=False).observation_message(
         obs, task="put a mug in desk 1."
     )["content"]
     assert content.count("put a mug in desk 1") == 1
 
 
 def test_role_messages():
-    fmt = TurnFormat(style="compact")
+    fmt = AlfworldTurnFormat(style="compact")
     assert fmt.skill_return_message("Heat with microwave.") == {
         "role": "tool",
         "content": "Heat with microwave.",
     }
     turn = render_action("look")
     assert fmt.assistant_message(turn) == {"role": "assistant", "content": turn}
-    assert TurnFormat().thinks and not fmt.thinks
+    assert AlfworldTurnFormat().thinks and not fmt.thinks
 
 
 def test_task_reminder_repeats_the_task_after_every_observation():
@@ -132,8 +136,8 @@ def test_task_reminder_repeats_the_task_after_every_observation():
     from selskill.envs.base import EnvState
 
     state = EnvState("You arrive at desk 1.", ["go to bed 1", "look"], "put a mug in desk 1.")
-    plain = TurnFormat(style="compact")
-    reminded = TurnFormat(style="compact", task_reminder=True)
+    plain = AlfworldTurnFormat(style="compact")
+    reminded = AlfworldTurnFormat(style="compact", task_reminder=True)
     assert "Your task is to" not in after_action(plain, state)["content"]
     for message in (
         after_action(reminded, state),

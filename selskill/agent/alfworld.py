@@ -2,12 +2,16 @@
 
 Kept apart from `selskill.agent.turn_format` so that the format's structure (tags, sections,
 the order of the parts) is the environment-generic part and these strings are what ALFWorld
-supplies to it, as `selskill.agent.bfcl` supplies BFCL's. They are `TurnFormat`'s defaults:
-every prompt recorded before environments were specs was written with them, and a change
-of one character changes every ALFWorld prompt's tokens.
+supplies to it, as `selskill.agent.bfcl` supplies BFCL's. They are `AlfworldTurnFormat`'s
+defaults: every ALFWorld prompt recorded so far was written with them, and a change of one
+character changes every ALFWorld prompt's tokens.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+
+from selskill.agent.turn_format import TurnFormat
 
 INTRO = "You are an agent solving a task in a text-based household environment."
 # the admissible command the system prompt's format examples show
@@ -21,3 +25,15 @@ ALWAYS_AVAILABLE: tuple[str, ...] = ("go to ", "examine ", "look", "inventory", 
 TASK_PREFIX = "Your task is to: "
 # "; " never occurs inside an ALFWorld command, unlike ", "
 COMMAND_SEPARATOR = "; "
+
+
+@dataclass(frozen=True)
+class AlfworldTurnFormat(TurnFormat):
+    """The turn format with ALFWorld's words."""
+
+    intro: str = INTRO
+    example_command: str = EXAMPLE_COMMAND
+    example_arguments: tuple[tuple[str, str], ...] = EXAMPLE_ARGUMENTS
+    always_available: tuple[str, ...] = ALWAYS_AVAILABLE
+    task_prefix: str = TASK_PREFIX
+    command_separator: str = COMMAND_SEPARATOR

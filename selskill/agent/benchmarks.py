@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from selskill.agent.alfworld import AlfworldTurnFormat
 from selskill.agent.runner import EpisodeRunner
 from selskill.agent.turn_format import TurnFormat
 from selskill.config.names import BENCHMARKS
@@ -100,7 +101,7 @@ def _alfworld_env_factory(index):
 
 
 def _alfworld_turn_format(rollout: RolloutConfig) -> TurnFormat:
-    return TurnFormat(
+    return AlfworldTurnFormat(
         style=rollout.turn_style,
         show_admissible_commands=rollout.turn_show_admissible,
         admissible_style=rollout.turn_admissible,

@@ -15,7 +15,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from selskill.agent import alfworld
 from selskill.config.names import ADMISSIBLE_STYLES
 from selskill.config.names import TURN_STYLES as STYLES
 
@@ -169,14 +168,15 @@ class TurnFormat:
 
     style: Style = "thinking"
     show_admissible_commands: bool = True
-    # The environment's words (ALFWorld's by default: `selskill.agent.alfworld`); the
+    # The environment's words, which each environment's subclass supplies
+    # (`selskill.agent.alfworld.AlfworldTurnFormat`, `selskill.agent.bfcl.BfclTurnFormat`); the
     # structure around them is the same for every environment.
-    intro: str = alfworld.INTRO
-    example_command: str = alfworld.EXAMPLE_COMMAND
-    example_arguments: tuple[tuple[str, str], ...] = alfworld.EXAMPLE_ARGUMENTS
-    always_available: tuple[str, ...] = alfworld.ALWAYS_AVAILABLE
-    task_prefix: str = alfworld.TASK_PREFIX
-    command_separator: str = alfworld.COMMAND_SEPARATOR
+    intro: str = ""
+    example_command: str = ""
+    example_arguments: tuple[tuple[str, str], ...] = ()
+    always_available: tuple[str, ...] = ()
+    task_prefix: str = ""
+    command_separator: str = "; "
     # "all" lists every admissible command; "local" leaves out the `always_available` ones,
     # which the first observation already names: it roughly halves the prompt of a small policy.
     admissible_style: str = "all"

@@ -54,6 +54,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from selskill.agent.alfworld import AlfworldTurnFormat
 from selskill.agent.parser import parse_turn
 from selskill.agent.transcript import after_action, after_skill, opening_messages
 from selskill.agent.turn_format import TurnFormat, render_action, render_skill_call
@@ -64,7 +65,7 @@ from selskill.envs.expert import DEFAULT_MAX_ENV_STEPS, Expert, TaskSpec, task_s
 from selskill.skills import SkillCallRecord, SkillExecutor, SkillLibrary, load_alfworld_skills, render_listing
 
 # The format the offline policy is trained and sampled with (the runner must use the same).
-DEMO_FORMAT = TurnFormat(style="compact", show_admissible_commands=True, admissible_style="local")
+DEMO_FORMAT = AlfworldTurnFormat(style="compact", show_admissible_commands=True, admissible_style="local")
 DEMO_LISTING_STYLE = "compact"
 
 TASK_SKILL = {
