@@ -58,6 +58,7 @@ def _turn_record(start, end, kind, env_steps, precise, index, forced=False) -> d
         "env_steps": env_steps,
         "commands": ["go to desk 1"] * env_steps,
         "forced": forced,
+        "listed": ["heat_object", "common_mistakes"],
     }
 
 

@@ -72,7 +72,14 @@ def test_unknown_mode_fails_naming_the_choices():
     with pytest.raises(ValueError, match="eval_mode 'nope'"):
         EvalConfig(eval_mode="nope")
     assert EvalConfig().stage == "eval" and EvalConfig(eval_mode="conservative").stage == "eval-conservative"
-    assert set(MODES) == {"skills", "no_skills", "skills_as_context", "conservative", "explicit_skip"}
+    assert set(MODES) == {
+        "skills",
+        "no_skills",
+        "skills_as_context",
+        "conservative",
+        "explicit_skip",
+        "listing_noise",
+    }
 
 
 @pytest.fixture(scope="module")

@@ -51,6 +51,7 @@ from selskill.agent.turn_format import (
 )
 from selskill.envs.bfcl import DOC_STYLES, render_function_docs
 from selskill.envs.calls import parse_calls
+from selskill.skills.retrieval import EpisodePrefix, bfcl_steps
 
 if TYPE_CHECKING:
     from selskill.envs.base import Env, EnvState
@@ -216,8 +217,19 @@ def broken_call_list(action: str) -> bool:
 class BfclEpisodeHost(EpisodeHost):
     """`EpisodeHost` for `BfclEnv`: per-task system prompt, turn ends, the checker's verdict."""
 
-    def _opening(self, env: Env, state: EnvState) -> list[dict]:
-        return opening_messages(self.fmt, self.listing, env.functions, state)
+    def _opening(self, env: Env, state: EnvState, listing: str) -> list[dict]:
+        return opening_messages(self.fmt, listing, env.functions, state)
+
+    def _initial_prefix(self, env: Env, state: EnvState) -> EpisodePrefix:
+        # the first request is the task `task` mode retrieves for; later requests are goals
+        return EpisodePrefix(task=state.task, observation=state.observation, goal=state.task, api=True)
+
+    def _extend_prefix(self, prefix: EpisodePrefix, record: dict, state: EnvState, call) -> EpisodePrefix:
+        """Each call of an action is a step; a turn with none (an end of turn, a malformed or
+        broken call list) adds no step but may bring the next request, the new goal."""
+        if record["kind"] == "skill":
+            return super()._extend_prefix(prefix, record, state, call).extend(goal=state.task)
+        return prefix.extend(*bfcl_steps(state.info), observation=state.observation, goal=state.task)
 
     def _act(self, env: Env, action: str) -> tuple[EnvState, list[str], dict]:
         command = action_command(action)

@@ -13,6 +13,9 @@ system prompt shows. Only evaluation uses them: sampling and forking always play
 - `explicit_skip`: the usual listing plus `self_reasoning`, a memory skill whose listed
   purpose is "no other skill applies". Its calls are skill calls in every metric: they
   cost a turn and go through the tool like any other call.
+- `listing_noise` (SelSkill's App. F): the usual listing of a library that the caller has
+  padded with distractor skills (`selskill.stages.context.runner_library`, to
+  `eval_listing_size`); here it is the `skills` mode, since only the library differs.
 """
 
 from __future__ import annotations

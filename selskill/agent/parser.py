@@ -77,8 +77,14 @@ def _content_end(text: str) -> int:
             return len(stripped)
 
 
-def parse_turn(text: str, skill_names: Collection[str]) -> ParsedTurn:
-    """Parse one assistant turn; malformed turns come back with a `reason`, never an error."""
+def parse_turn(text: str, skill_names: Collection[str], listed: Collection[str] | None = None) -> ParsedTurn:
+    """Parse one assistant turn; malformed turns come back with a `reason`, never an error.
+
+    `listed` (None: all of `skill_names`) are the skills this turn's prompt showed. A call to a
+    library skill that was not shown is `unlisted_skill:<name>`, apart from `unknown_skill`, so
+    that reports tell a policy that recalls hidden skills from one that invents names; neither
+    is executed, or the listing would not bound what the policy can do.
+    """
     if not isinstance(text, str):
         return _malformed("not_text")
     end = _content_end(text)
@@ -145,5 +151,9 @@ def parse_turn(text: str, skill_names: Collection[str]) -> ParsedTurn:
     if name not in skill_names:
         return _malformed(
             f"unknown_skill:{name}", skill=name, arguments=arguments, think=think, decision_start=start
+        )
+    if listed is not None and name not in listed:
+        return _malformed(
+            f"unlisted_skill:{name}", skill=name, arguments=arguments, think=think, decision_start=start
         )
     return ParsedTurn(kind="skill", skill=name, arguments=arguments, think=think, decision_start=start)

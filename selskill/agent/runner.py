@@ -11,6 +11,15 @@ for the next assistant turn (the fork stage): the prefix tokens are copied, the
 environment is replayed to the same state, the forced opening (`<action>` or
 `<tool_call>{"name": "<skill>"`) is appended as assistant tokens, and the policy continues
 normally to the episode's end.
+
+Which skills a decision may call is its listing (`selskill.skills.retrieval`): every skill
+(`all`, listed in the system prompt), the task's (`task`, retrieved once and listed in the
+system prompt) or the step's (`progress`, retrieved from the episode so far and appended to
+the observation the decision is taken on, since the system prompt's tokens cannot change
+mid-episode). Each turn records its listing (`listed`); a call to a skill outside it is
+malformed and never executed. A listing is a pure function of the episode prefix, so a
+fork, which rebuilds the prefix while it replays the source's turns, lists what the source
+would have listed after the same turns.
 """
 
 from __future__ import annotations
@@ -36,6 +45,12 @@ from selskill.data.schema import ROLE_ASSISTANT, ROLE_OBSERVATION, ROLE_PROMPT, 
 from selskill.envs.base import Env, EnvError, EnvState
 from selskill.policy.base import GenerationRequest, Policy, SamplingParams
 from selskill.skills import SkillExecutor, SkillLibrary, render_listing
+from selskill.skills.retrieval import EpisodePrefix, SkillRetriever, alfworld_step, skill_step
+
+# what heads a `progress` listing at the end of an observation message
+STEP_SKILLS_HEADING = "Skills for this step:"
+# what the system prompt's skill section says instead of a listing in `progress` mode
+PROGRESS_LISTING = f'(listed after each observation, under "{STEP_SKILLS_HEADING}")'
 
 
 @dataclass(frozen=True)
@@ -77,6 +92,9 @@ class ForkStart:
     # the whole decision `forced_text` opens, as the policy was trained to write it: the forced
     # tokens are cut from its tokenization (`ChatTokens.encode_forced`)
     forced_canonical: str = ""
+    # the branch turn's listing as the source recorded it: the copied prefix tokens show it, so
+    # the parser must accept exactly it (None: computed from the replayed prefix)
+    listed: list[str] | None = None
 
 
 @dataclass
@@ -108,6 +126,8 @@ class _Episode:
     termination: str | None = None
     error: str | None = None
     won: bool = False
+    listed: tuple[str, ...] = ()  # the skills the next decision may call
+    prefix: EpisodePrefix | None = None  # what retrieval sees (None: no retrieval)
 
     def extend(self, ids: Sequence[int], role: int, turn: int, logprob=None, entropy=None) -> None:
         n = len(ids)
@@ -116,6 +136,11 @@ class _Episode:
         self.turn.extend([turn] * n)
         self.logprob.extend(logprob if logprob is not None else [0.0] * n)
         self.entropy.extend(entropy if entropy is not None else [0.0] * n)
+
+
+def listing_text(library: SkillLibrary, names: Sequence[str], style: str = "compact") -> str:
+    """`names` as `render_listing` lists them, best first: a library would sort them by name."""
+    return "\n".join(render_listing(SkillLibrary({n: library[n]}), style=style) for n in names)
 
 
 def turn_seed(seed: int, turn: int) -> int:
@@ -132,7 +157,11 @@ class EpisodeHost:
     own (`ProcessHost`): the same object either way, driven in the same order.
     """
 
-    def __init__(self, env_factory, library, fmt, config, tokenizer, chat_template_kwargs, listing):
+    def __init__(
+        self, env_factory, library, fmt, config, tokenizer, chat_template_kwargs, listing, retriever=None
+    ):
+        """`retriever` (a `SkillRetriever` over `library`) lists skills per decision; None or its
+        mode `all`: every skill, `listing` in the system prompt, as without retrieval."""
         self.env_factory = env_factory
         self.library = library
         self.executor = SkillExecutor(library)
@@ -140,6 +169,9 @@ class EpisodeHost:
         self.config = config
         self.chat = ChatTokens(tokenizer, chat_template_kwargs)
         self.listing = listing
+        self.retriever: SkillRetriever | None = (
+            retriever if retriever is not None and retriever.config.mode != "all" else None
+        )
         self._free: list[Env] = []  # each engine loads its own libdownward copy: engines are reused
         self._pending: deque[EpisodeSpec] = deque()
         self._groups: dict[int, list[_Episode]] = {}
@@ -197,13 +229,26 @@ class EpisodeHost:
         try:
             if spec.fork is None:
                 state = env.reset(spec.task_id)
-                ep.messages = self._opening(env, state)
+                listing = self.listing
+                ep.listed = self.library.names
+                if self.retriever is not None:
+                    ep.prefix = self._initial_prefix(env, state)
+                    ep.listed = self._listed(ep.prefix)
+                    listing = self._listing_text(ep.listed) if self._mode == "task" else PROGRESS_LISTING
+                ep.messages = self._opening(env, state, listing)
+                if self._mode == "progress":
+                    ep.messages[-1] = self._with_step_listing(ep.messages[-1], ep.listed)
                 ids = self.chat.opening(ep.messages)
                 ep.extend(ids, ROLE_PROMPT, -1)
                 ep.n_prompt_tokens = len(ids)
             else:
                 f = spec.fork
-                env.replay(spec.task_id, f.env_commands)
+                if self.retriever is None:
+                    env.replay(spec.task_id, f.env_commands)
+                    ep.listed = self.library.names
+                else:
+                    ep.prefix = self._replay(env, spec.task_id, f.turns)
+                    ep.listed = tuple(f.listed) if f.listed is not None else self._listed(ep.prefix)
                 ep.ids, ep.logprob, ep.entropy = list(f.token_ids), list(f.logprob), list(f.entropy)
                 ep.role, ep.turn = list(f.role), list(f.turn)
                 ep.turns = [dict(t) for t in f.turns]
@@ -229,7 +274,7 @@ class EpisodeHost:
         ep.extend(generated, ROLE_ASSISTANT, index, list(gen.logprobs), list(gen.entropies))
         if not ended:  # truncated turn: close it so the context stays well formed
             ep.extend([self.chat.end_of_turn_id], ROLE_ASSISTANT, index)
-        parsed = parse_turn(text, self.library.names)
+        parsed = parse_turn(text, self.library.names, None if self.retriever is None else ep.listed)
         record = Turn(
             start=start,
             end=len(ep.ids),
@@ -248,9 +293,11 @@ class EpisodeHost:
             env_steps=0,
             commands=[],
             forced=bool(forced),
+            listed=list(ep.listed),
         ).to_row()
         is_call = TOOL_CALL_OPEN in text
         ep.messages.append(self.fmt.assistant_message(text))
+        call = None
         try:
             if parsed.kind == "action":
                 state, commands, reply = self._act(ep.env, parsed.action)
@@ -277,8 +324,13 @@ class EpisodeHost:
             return
         ep.turns.append(record)
         ep.env_steps += record["env_steps"]
-        ep.messages.append(reply)
         ep.termination = self._termination(ep)
+        if self.retriever is not None:
+            ep.prefix = self._extend_prefix(ep.prefix, record, ep.env.state, call)
+            if self._mode == "progress" and not ep.termination:
+                ep.listed = self._listed(ep.prefix)
+                reply = self._with_step_listing(reply, ep.listed)
+        ep.messages.append(reply)
         if ep.termination:
             return
         segment = self.chat.segment(reply)
@@ -291,11 +343,74 @@ class EpisodeHost:
         self._free.append(ep.env)
         return episode_row(ep)
 
+    # -- the listing of each decision --------------------------------------------------------
+
+    @property
+    def _mode(self) -> str:
+        return "all" if self.retriever is None else self.retriever.config.mode
+
+    def _listed(self, prefix: EpisodePrefix) -> tuple[str, ...]:
+        return self.retriever.listing(prefix).names
+
+    def _listing_text(self, names) -> str:
+        return listing_text(self.library, names, self.config.listing_style)
+
+    def _with_step_listing(self, message: dict, names) -> dict:
+        """`message` with the step's listing at its end, in the system prompt's listing style."""
+        text = self._listing_text(names) or "(none)"
+        return {**message, "content": f"{message['content']}\n\n{STEP_SKILLS_HEADING}\n{text}"}
+
+    def _replay(self, env: Env, task_id: str, turns: Sequence[dict]) -> EpisodePrefix:
+        """Restore the environment turn by turn (not `env.replay`): each turn's observations
+        rebuild the prefix retrieval sees, as `_apply` built it while the source was played."""
+        state = env.reset(task_id)
+        prefix = self._initial_prefix(env, state)
+        for t in turns:
+            call = None
+            recorded = list(t["commands"] or [])
+            if t["kind"] == "skill":
+                call = self.executor.execute(
+                    env, t["skill"], json.loads(t["arguments"]) if t["arguments"] else {}
+                )
+                ran = list(call.actions)
+            else:
+                for command in recorded:
+                    env.step(command)
+                ran = recorded
+            if ran != recorded:
+                raise EnvError(
+                    f"replaying the prefix of {task_id}: the call of {t['skill']} ran {ran}, the recorded turn {recorded}"
+                )
+            prefix = self._extend_prefix(prefix, t, env.state, call)
+        return prefix
+
     # -- what differs between environments (selskill/agent/bfcl.py overrides these) ------
 
-    def _opening(self, env: Env, state: EnvState) -> list[dict]:
-        """The episode's first messages: system prompt and first observation."""
-        return opening_messages(self.fmt, self.listing, state)
+    def _opening(self, env: Env, state: EnvState, listing: str) -> list[dict]:
+        """The episode's first messages: system prompt (with `listing`) and first observation."""
+        return opening_messages(self.fmt, listing, state)
+
+    def _initial_prefix(self, env: Env, state: EnvState) -> EpisodePrefix:
+        """What retrieval sees before the first decision."""
+        return EpisodePrefix(task=state.task, observation=state.observation)
+
+    def _extend_prefix(self, prefix: EpisodePrefix, record: dict, state: EnvState, call) -> EpisodePrefix:
+        """The prefix after one turn, from its record, the state after it and its skill call.
+
+        A memory skill leaves the current observation as it was (it returns text, not a new
+        view of the environment); a malformed turn adds no step, only what the engine answered.
+        """
+        if record["kind"] == "skill":
+            executable = self.library[record["skill"]].is_executable
+            observation = call.observation if executable else prefix.observation
+            return prefix.extend(
+                skill_step(record["skill"], call.observation, call.precise), observation=observation
+            )
+        if record["kind"] == "action":
+            return prefix.extend(
+                alfworld_step(record["action"], state.observation), observation=state.observation
+            )
+        return prefix.extend(observation=state.observation)
 
     def _act(self, env: Env, action: str) -> tuple[EnvState, list[str], dict]:
         """An action turn: (state after it, the commands it ran, the reply message)."""
@@ -415,8 +530,10 @@ class EpisodeRunner:
         config: RunnerConfig,
         chat_template_kwargs: dict | None = None,
         skill_text: str | None = None,
+        retriever: SkillRetriever | None = None,
     ):
-        """`skill_text` replaces the rendered listing in the system prompt (eval modes).
+        """`skill_text` replaces the rendered listing in the system prompt (eval modes);
+        `retriever` lists the skills of each decision (see `EpisodeHost`).
 
         With `config.env_overlap` and a picklable `env_factory` (e.g. a `functools.partial`),
         episodes are played by an `EpisodeHost` in a child process in two half-batches: the
@@ -427,7 +544,16 @@ class EpisodeRunner:
         listing = (
             skill_text if skill_text is not None else render_listing(library, style=config.listing_style)
         )
-        self._host_args = (env_factory, library, fmt, config, policy.tokenizer, chat_template_kwargs, listing)
+        self._host_args = (
+            env_factory,
+            library,
+            fmt,
+            config,
+            policy.tokenizer,
+            chat_template_kwargs,
+            listing,
+            retriever,
+        )
         self.end_of_turn_id = ChatTokens(policy.tokenizer, chat_template_kwargs).end_of_turn_id
         self._vocab = (
             ActionVocabulary(policy.tokenizer, self.end_of_turn_id)

@@ -175,6 +175,19 @@ def check_sections(sections: Sequence) -> None:
             f"a comma-separated list of {', '.join(splits)}",
             f"benchmark: {run.benchmark}",
         )
+    if (
+        evaluation is not None
+        and rollout is not None
+        and evaluation.eval_mode == "listing_noise"
+        and (rollout.retrieval_mode != "all" or rollout.retrieval_library_size != 0)
+    ):
+        raise bad_value(
+            "eval_mode",
+            evaluation.eval_mode,
+            "used with retrieval_mode: all and retrieval_library_size: 0",
+            "listing_noise lists every skill of the library it pads to eval_listing_size; a second padding "
+            "or a retrieval would measure something else",
+        )
     if run.benchmark != "bfcl":
         return
     if sample is not None and sample.sample_split not in splits:

@@ -30,7 +30,18 @@ TURN_STYLES: tuple[str, ...] = ("thinking", "compact")
 ADMISSIBLE_STYLES: tuple[str, ...] = ("all", "local")
 LISTING_STYLES: tuple[str, ...] = ("compact", "full")
 ACTION_CHOICES: tuple[str, ...] = ("free", "admissible")
-EVAL_MODES: tuple[str, ...] = ("skills", "no_skills", "skills_as_context", "conservative", "explicit_skip")
+EVAL_MODES: tuple[str, ...] = (
+    "skills",
+    "no_skills",
+    "skills_as_context",
+    "conservative",
+    "explicit_skip",
+    "listing_noise",
+)
+
+# which skills a decision lists (selskill.skills.retrieval's modes and scorers, issue 18)
+RETRIEVAL_MODES: tuple[str, ...] = ("all", "task", "progress")
+RETRIEVAL_SCORERS: tuple[str, ...] = ("bm25", "dense", "fused")
 
 # the init demonstrations' expert
 SEARCH_ORDERS: tuple[str, ...] = ("prior", "sweep")

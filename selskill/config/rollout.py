@@ -14,6 +14,8 @@ from selskill.config.names import (
     DOC_STYLES,
     GAME_SIZES,
     LISTING_STYLES,
+    RETRIEVAL_MODES,
+    RETRIEVAL_SCORERS,
     TURN_STYLES,
 )
 
@@ -106,6 +108,25 @@ class RolloutConfig:
         default=True,
         metadata={"help": "benchmark bfcl: few-shot examples in the system prompt (the paper's App. G)"},
     )
+    retrieval_mode: str = field(
+        default="all",
+        metadata={
+            "help": "which skills each decision lists: all (every skill in the system prompt) | task (retrieved "
+            "once from the task, in the system prompt) | progress (retrieved every step from the tracked state, "
+            "after each observation under 'Skills for this step:'); selskill/skills/retrieval.py"
+        },
+    )
+    retrieval_scorer: str = field(
+        default="bm25",
+        metadata={"help": "retrieval_mode task | progress: bm25 | dense | fused (BM25 + dense, RRF)"},
+    )
+    retrieval_library_size: int = field(
+        default=0,
+        metadata={
+            "help": "skills in the library: 0 = the benchmark's own; N above its own size = padded with seeded "
+            "distractor skills (selskill/skills/distractors.py) to N"
+        },
+    )
 
     def __post_init__(self):
         check_choice(self, "action_choice", ACTION_CHOICES)
@@ -113,6 +134,9 @@ class RolloutConfig:
         check_choice(self, "turn_admissible", ADMISSIBLE_STYLES)
         check_choice(self, "listing_style", LISTING_STYLES)
         check_choice(self, "turn_doc_style", DOC_STYLES)
+        check_choice(self, "retrieval_mode", RETRIEVAL_MODES)
+        check_choice(self, "retrieval_scorer", RETRIEVAL_SCORERS)
+        check_at_least(self, 0, "retrieval_library_size", why="0 = the benchmark's own skills")
         check_at_least(
             self,
             1,

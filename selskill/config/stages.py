@@ -116,7 +116,16 @@ class EvalConfig:
         default="skills",
         metadata={
             "help": "skills (the method's setting) | no_skills | skills_as_context | conservative | "
-            "explicit_skip: the paper's Appendix D baselines; a round writes mode M to eval-M/"
+            "explicit_skip: the paper's Appendix D baselines | listing_noise: every skill of the benchmark's "
+            "library padded with distractors to eval_listing_size (App. F); a round writes mode M to eval-M/ "
+            "(listing_noise to eval-listing_noise-<size>/)"
+        },
+    )
+    eval_listing_size: int = field(
+        default=68,
+        metadata={
+            "help": "eval_mode listing_noise: skills listed, the benchmark's own plus seeded distractors "
+            "(App. F: BFCL 18 -> 28 | 38 | 68)"
         },
     )
 
@@ -129,10 +138,17 @@ class EvalConfig:
         check_at_least(self, 0, "eval_max_tasks", why="0 = every task of each split")
         check_at_least(self, 0, "eval_temperature", why="0 = greedy, the paper's setting")
         check_at_least(self, 1, "eval_bootstrap", why="resamples of the 95 percent intervals")
+        check_at_least(self, 1, "eval_listing_size", why="skills listed in eval_mode listing_noise")
 
     @property
     def stage(self) -> str:
-        """The round's stage directory for this mode: `eval`, or `eval-<mode>` for a baseline."""
+        """The round's stage directory for this mode: `eval`, or `eval-<mode>` for a baseline.
+
+        Listing-noise sizes get a directory each, so the App. F study's sizes sit side by side
+        in one round instead of replacing each other.
+        """
+        if self.eval_mode == "listing_noise":
+            return f"eval-listing_noise-{self.eval_listing_size}"
         return "eval" if self.eval_mode == "skills" else f"eval-{self.eval_mode}"
 
     @property

@@ -51,6 +51,9 @@ class Turn(_Row):
     env_steps: int
     commands: list[str]
     forced: bool
+    # what the policy was shown it could call: with retrieval a turn sees a few skills, and the
+    # branch and fork stages must hold the invoke arm to them
+    listed: list[str]
 
 
 @dataclass

@@ -34,6 +34,7 @@ _TURN = pa.struct(
         ("env_steps", pa.int32()),  # environment steps this turn consumed
         ("commands", pa.list_(pa.string())),  # environment commands it executed (replays the prefix)
         ("forced", pa.bool_()),  # the decision was forced (fork arms)
+        ("listed", pa.list_(pa.string())),  # the skills this decision's prompt listed (retrieval_mode)
     ]
 )
 

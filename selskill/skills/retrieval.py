@@ -57,10 +57,10 @@ from pathlib import Path
 
 import numpy as np
 
+from selskill.config.names import RETRIEVAL_MODES as MODES
+from selskill.config.names import RETRIEVAL_SCORERS as SCORERS
 from selskill.skills.model import Skill, SkillLibrary
 
-MODES: tuple[str, ...] = ("all", "task", "progress")
-SCORERS: tuple[str, ...] = ("bm25", "dense", "fused")
 FUSIONS: tuple[str, ...] = ("rrf", "weighted")
 RECORD_STYLES: tuple[str, ...] = ("auto", "trajectory", "api")
 BUDGET_TEXTS: tuple[str, ...] = ("content", "listing")

@@ -3,8 +3,9 @@
 Two pools, as in the paper: *post_skill* points are turns where the policy invoked a
 listed skill (the invoke/skip question is explicit there; the candidate skill is the one
 it invoked), *ordinary* points are turns where it acted directly (the candidate skill is
-the listed skill whose whole call the policy itself rates most likely after a `<tool_call>`
-opening). Strategy `entropy` keeps the top-k of each pool by turn score; `random` draws
+the skill of that turn's listing whose whole call the policy itself rates most likely after
+a `<tool_call>` opening; with retrieval the listing is the turn's few `listed` skills, so a
+fork never forces a skill the prompt did not show, and a turn that listed none is no point). Strategy `entropy` keeps the top-k of each pool by turn score; `random` draws
 k of each pool; `all_skill` keeps every post_skill point (the paper's Appendix E).
 
 Turn score: mean entropy over the first m generated tokens of the turn (the paper, m=10),
@@ -88,6 +89,12 @@ def branch_candidates(row: dict, cfg: BranchConfig) -> list[dict]:
     return out
 
 
+def listed_names(turn: dict, library_names) -> list[str]:
+    """The skills a turn listed; rows written before turns recorded it listed the whole library."""
+    listed = turn.get("listed")
+    return list(library_names) if listed is None else list(listed)
+
+
 def likeliest_skill(policy, prefix_ids: list[int], skill_names) -> str:
     """The listed skill the policy rates most likely to call here (its whole call, as trained).
 
@@ -127,10 +134,14 @@ def run_branch(
             stats.extra["candidates"] = stats.extra.get("candidates", 0) + len(cands)
             for c in select_points(cands, cfg, rng):
                 if c["pool"] == "ordinary":
+                    listed = listed_names(row["turns"][c["turn_index"]], names)
+                    if not listed:
+                        stats.extra["nothing_listed"] = stats.extra.get("nothing_listed", 0) + 1
+                        continue
                     if policy is None:
                         policy = load_policy(pol, path, rollout, seed)
                     c["candidate_skill"] = likeliest_skill(
-                        policy, row["token_ids"][: c["token_offset"]], names
+                        policy, row["token_ids"][: c["token_offset"]], listed
                     )
                 out.append(
                     BranchPoint(

@@ -9,6 +9,10 @@ from its spec (`selskill.agent.benchmarks`) through here: `game_index(run, split
 env's task index: `games` records with `task_id` and `task_type`, `by_id`, `skipped`,
 `patched`), `skill_library(env)`, `turn_format(rollout, env)` and `make_runner`, which
 reads the env off the index. Task ids are `<split>/<id>` in every env.
+
+The rollout section's `retrieval_*` keys reach the runner here too (`runner_library`,
+`retriever`): sample, fork and eval list skills the same way, so a fork's continuation sees
+listings of the kind its source saw.
 """
 
 from __future__ import annotations
@@ -23,6 +27,12 @@ from selskill.config.rollout import GamesConfig, RolloutConfig
 from selskill.config.run import PolicyConfig, RunConfig
 from selskill.data.layout import check_model_source, resolve_round_policy
 from selskill.skills import SkillLibrary
+from selskill.skills.distractors import library_of_size
+from selskill.skills.retrieval import RetrievalConfig, SkillRetriever, dense_unavailable
+
+# the distractors' seed: one library per size for every stage, round and recipe seed, so rows of
+# different runs at one size list the same skills
+DISTRACTOR_SEED = 0
 
 
 def turn_format(rollout: RolloutConfig, env: str = DEFAULT_BENCHMARK) -> TurnFormat:
@@ -77,6 +87,43 @@ def skill_library(env: str = DEFAULT_BENCHMARK) -> SkillLibrary:
     return benchmark(env).skills()
 
 
+def padded_library(own: SkillLibrary, size: int, key: str = "retrieval_library_size") -> SkillLibrary:
+    """`own` padded with seeded distractors to `size` skills (0, or `own`'s size: `own` itself)."""
+    if size in (0, len(own)):
+        return own
+    try:
+        return library_of_size(own, size, DISTRACTOR_SEED)
+    except ValueError as exc:
+        raise ValueError(f"{key}: {size}: {exc}. Fix `{key}:` in the recipe or pass --{key} N") from None
+
+
+def runner_library(
+    rollout: RolloutConfig, env: str = DEFAULT_BENCHMARK, mode: str = "skills", listing_size: int = 0
+) -> SkillLibrary:
+    """The library episodes may call from, before an eval mode changes it (listing_noise pads it)."""
+    own = skill_library(env)
+    if mode == "listing_noise":
+        return padded_library(own, listing_size, "eval_listing_size")
+    return padded_library(own, rollout.retrieval_library_size)
+
+
+def retriever(rollout: RolloutConfig, library: SkillLibrary) -> SkillRetriever | None:
+    """The rollout section's retrieval over `library`; None where every skill is listed."""
+    if rollout.retrieval_mode == "all" or not len(library):
+        return None
+    cfg = RetrievalConfig(mode=rollout.retrieval_mode, scorer=rollout.retrieval_scorer)
+    if cfg.scorer != "bm25":
+        # found here, not at the first decision inside the episode host's process
+        why = dense_unavailable(cfg.dense_model, cfg.dense_local_files_only)
+        if why:
+            raise ValueError(
+                f"retrieval_scorer: {cfg.scorer} needs the dense encoder, which does not load here ({why}); "
+                "install the `dense` extra (README, 'Skill retrieval for large libraries') or use "
+                "--retrieval_scorer bm25"
+            )
+    return SkillRetriever(library, cfg)
+
+
 def ensure_games(
     run: RunConfig, games: GamesConfig, splits: Sequence[str] = ("train", "valid_seen", "valid_unseen")
 ) -> None:
@@ -93,13 +140,16 @@ def make_runner(
     temperature: float,
     top_p: float = 1.0,
     mode: str = "skills",
+    listing_size: int = 0,
 ):
     """`mode` is one of `selskill.agent.eval_modes.MODES`; only evaluation uses another than `skills`.
 
     The env is the index's: its spec supplies the episode host, turn format and skills.
+    `listing_size` is the padded size of eval mode `listing_noise`.
     """
     spec = benchmark_of_index(index)
-    setup = prompt_setup(mode, spec.skills(), spec.turn_format(rollout), rollout.listing_style)
+    library = runner_library(rollout, spec.name, mode, listing_size)
+    setup = prompt_setup(mode, library, spec.turn_format(rollout), rollout.listing_style)
     runner_class, factory = spec.runner_class(), spec.env_factory(index)
     return runner_class(
         policy,
@@ -109,4 +159,5 @@ def make_runner(
         runner_config(rollout, temperature, top_p),
         chat_template_kwargs=rollout.chat_template_kwargs(spec.name),
         skill_text=setup.skill_text,
+        retriever=retriever(rollout, setup.library) if setup.fmt.skills_section == "listed" else None,
     )

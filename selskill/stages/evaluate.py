@@ -31,7 +31,7 @@ from selskill.stages.common import (
 )
 from selskill.stages.context import game_index, load_policy, make_runner
 
-CODE_VERSION = 2  # bump when a change alters the rows this stage writes (completed ranks are then refused)
+CODE_VERSION = 3  # bump when a change alters the rows this stage writes (completed ranks are then refused)
 
 
 def eval_policy_path(run: RunConfig) -> str:
@@ -70,7 +70,14 @@ def evaluate_rows(
         tasks = balanced_tasks(index.games, cfg.eval_max_tasks)
         mine = shard_items(tasks, rank, world_size)
         by_id = index.by_id()
-        runner = make_runner(policy, index, rollout, cfg.eval_temperature, mode=cfg.eval_mode)
+        runner = make_runner(
+            policy,
+            index,
+            rollout,
+            cfg.eval_temperature,
+            mode=cfg.eval_mode,
+            listing_size=cfg.eval_listing_size,
+        )
         specs = [
             EpisodeSpec(
                 f"eval/r{run.round}/{t}",

@@ -32,13 +32,21 @@ from selskill.stages.common import (
 )
 from selskill.stages.context import game_index, load_policy, make_runner, sampling_policy_path
 
-CODE_VERSION = 2  # bump when a change alters the rows this stage writes (completed ranks are then refused)
+CODE_VERSION = 3  # bump when a change alters the rows this stage writes (completed ranks are then refused)
 
 
 def fork_start(source: dict, branch: BranchPoint, arm: str) -> ForkStart:
+    """The branch turn's listing travels with the prefix: its tokens show that listing, so it is
+    the one the forced turn is parsed against, and the invoke arm's skill must be in it."""
     t, offset = branch.turn_index, branch.token_offset
     turns = source["turns"][:t]
     messages = json.loads(source["messages"])[: source["turns"][t]["message_index"]]
+    listed = source["turns"][t].get("listed")
+    if arm == "invoke" and listed is not None and branch.candidate_skill not in listed:
+        raise ValueError(
+            f"branch {branch.branch_id}: candidate skill {branch.candidate_skill!r} is not among the skills "
+            f"its turn listed ({', '.join(listed) or 'none'}); rerun the branch stage"
+        )
     if arm == "invoke":
         text = forced_prefix("invoke", branch.candidate_skill)
         canonical = render_skill_call(branch.candidate_skill)  # the call as demonstrations write it
@@ -57,6 +65,7 @@ def fork_start(source: dict, branch: BranchPoint, arm: str) -> ForkStart:
         forced_text=text,
         forced_canonical=canonical,
         cache_from=branch.branch_id,
+        listed=None if listed is None else list(listed),
     )
 
 
