@@ -122,7 +122,7 @@ def test_rows_record_the_listing_of_every_turn(round_dir):
     assert len(rollouts) == 6
     for row in rollouts:
         messages = json.loads(row["messages"])
-        assert STEP_SKILLS_HEADING not in messages[0]["content"]
+        assert STEP_SKILLS_HEADING + "\n" not in messages[0]["content"]  # it only names the blocks
         for t in row["turns"]:
             assert 1 <= len(t["listed"]) <= k and set(t["listed"]) <= set(host.library.names)
             block = messages[t["message_index"] - 1]["content"].split(STEP_SKILLS_HEADING)[-1]

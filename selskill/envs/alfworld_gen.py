@@ -255,12 +255,16 @@ def _unique_location(
     return loc
 
 
-def _all_receptacles(fp: int, rng: random.Random) -> list[tuple[str, str, tuple[int, int, int, int]]]:
-    """(id, type, location) for every receptacle of the floor plan, layout file first."""
+def _all_receptacles(
+    fp: int, rng: random.Random
+) -> tuple[list[tuple[str, str, tuple[int, int, int, int]]], dict[str, str]]:
+    """(id, type, location) for every receptacle of the floor plan, layout file first; and which
+    receptacle stands at which other one's location when both are in the scene (burner pairs)."""
     c = _constants()
     out = []
     for rid, pose in _floor_plan_receptacles(fp):
         out.append((rid, receptacle_type_of(rid), _location(pose)))
+    shares: dict[str, str] = {}
     present = {t for _, t, _ in out}
     receptacle_types = set(c.RECEPTACLES) - set(c.MOVABLE_RECEPTACLES)
     for t in _floor_plan_object_types(fp):
@@ -270,19 +274,22 @@ def _all_receptacles(fp: int, rng: random.Random) -> list[tuple[str, str, tuple[
                 x, y, z = (rng.uniform(-3, 3), rng.uniform(0.2, 1.8), rng.uniform(-3, 3))
                 rid = f"{t}|{x:+06.2f}|{y:+06.2f}|{z:+06.2f}"
                 extra.append((rid, t, (round(x / 0.25), round(z / 0.25), rng.randrange(4), 30)))
-            out += _pair_burners(extra) if t == "StoveBurner" else extra
-    return out
+            out += extra
+            if t == "StoveBurner":
+                shares |= _burner_pairs(extra)
+    return out, shares
 
 
-def _pair_burners(burners: list) -> list:
-    """Burners 2 and 4 share the location of 1 and 3, at the real kitchens' rate.
+def _burner_pairs(burners: list) -> dict[str, str]:
+    """Burners 2 and 4 stand at the location of 1 and 3, at the real kitchens' rate.
 
     The draw has a stream of its own (keyed by the first burner's id), so deciding it moves
-    no other draw of the scene.
+    no other draw of the scene; a burner keeps its own location when its partner is not in
+    the scene (a scaled-down scene keeps a few receptacles), so such scenes are unchanged.
     """
     if len(burners) < 2 or random.Random(f"selskill-burners:{burners[0][0]}").random() >= BURNER_PAIRS_SHARE:
-        return burners
-    return [(rid, t, burners[i - i % 2][2]) for i, (rid, t, _) in enumerate(burners)]
+        return {}
+    return {burners[i][0]: burners[i - 1][0] for i in range(1, len(burners), 2)}
 
 
 def _can_contain(recep_type: str, obj_type: str) -> bool:
@@ -357,7 +364,7 @@ def _sample_scene_and_task(task_type: str, split: str, size: str, rng: random.Ra
     plans = floor_plans_for(split, task_type)
     for _ in range(200):
         fp = rng.choice(plans)
-        receps = _all_receptacles(fp, rng)
+        receps, shares = _all_receptacles(fp, rng)
         obj_types = _movable_object_types(fp, prior)
         if size in SCALE:
             receps = _subsample_receptacles(receps, task_type, SCALE[size][0], rng)
@@ -365,7 +372,7 @@ def _sample_scene_and_task(task_type: str, split: str, size: str, rng: random.Ra
         task = _pick_task(task_type, fp, recep_types, obj_types, prior, rng)
         if task is None:
             continue
-        scene = _populate(fp, receps, obj_types, task, task_type, size, rng, prior)
+        scene = _populate(fp, receps, obj_types, task, task_type, size, rng, prior, shares)
         if scene is not None:
             return scene, task
     raise GenerationError(f"no floor plan of split {split!r} fits {task_type!r} after 200 draws")
@@ -395,10 +402,12 @@ def _subsample_receptacles(receps, task_type: str, bounds: tuple[int, int], rng:
     return sorted(chosen)
 
 
-def _populate(fp, receps, obj_types, task, task_type, size, rng, prior) -> Scene | None:
+def _populate(fp, receps, obj_types, task, task_type, size, rng, prior, shares=None) -> Scene | None:
     c = _constants()
     object_target, parent_target, toggle_target = task
     # receptacles keep their floor-plan locations, shared ones included (drawers of one chest)
+    at = {rid: loc for rid, _, loc in receps}
+    receps = [(rid, rt, at.get((shares or {}).get(rid), loc)) for rid, rt, loc in receps]
     used: set = {loc for _, _, loc in receps}
     receptacles = [Receptacle(rid, rt, _loc_id(loc)) for rid, rt, loc in receps]
     agent_loc = _unique_location(

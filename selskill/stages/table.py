@@ -11,6 +11,7 @@ entry point computed it.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -100,18 +101,19 @@ def eval_stage(recipe: Recipe):
     return run_eval(recipe.run, recipe.policy, recipe.rollout, recipe.eval, recipe.seed)
 
 
-def _markers(name: str) -> Callable[[Recipe], bool]:
+def _markers_complete(name: str, recipe: Recipe) -> bool:
     """A sharded stage is complete when every rank's completion marker verifies."""
+    from selskill.data.layout import StageDir
 
-    def complete(recipe: Recipe) -> bool:
-        from selskill.data.layout import StageDir
+    run = recipe.run
+    stage = recipe.eval.stage if name == "eval" else name
+    sd = StageDir.of(run.runs_dir, run.exp, run.round, stage)
+    return all(sd.is_complete(r) for r in range(run.world_size))
 
-        run = recipe.run
-        stage = recipe.eval.stage if name == "eval" else name
-        sd = StageDir.of(run.runs_dir, run.exp, run.round, stage)
-        return all(sd.is_complete(r) for r in range(run.world_size))
 
-    return complete
+def _markers(name: str) -> Callable[[Recipe], bool]:
+    # a partial of a module-level function: stages travel pickled to worker processes
+    return functools.partial(_markers_complete, name)
 
 
 def _train_complete(recipe: Recipe) -> bool:
