@@ -725,8 +725,6 @@ def check_generator_version(root: str | Path) -> None:
             f"{GENERATOR_VERSION} (co-located receptacles). Point games_dir (gen-games --out) at a new "
             f"folder, or delete {root} to regenerate it; runs made on the old games stay readable."
         )
-    Path(root).mkdir(parents=True, exist_ok=True)
-    (Path(root) / GENERATOR_FILE).write_text(json.dumps({"generator_version": GENERATOR_VERSION}) + "\n")
 
 
 def generate_games(
@@ -740,6 +738,8 @@ def generate_games(
     progress: bool = False,
 ) -> list[Path]:
     check_generator_version(root)
+    Path(root).mkdir(parents=True, exist_ok=True)
+    (Path(root) / GENERATOR_FILE).write_text(json.dumps({"generator_version": GENERATOR_VERSION}) + "\n")
     prior = load_placement_prior()
     jobs = [(t, i) for t in task_types for i in range(per_type)]
     if progress:

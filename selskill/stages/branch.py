@@ -89,12 +89,6 @@ def branch_candidates(row: dict, cfg: BranchConfig) -> list[dict]:
     return out
 
 
-def listed_names(turn: dict, library_names) -> list[str]:
-    """The skills a turn listed; rows written before turns recorded it listed the whole library."""
-    listed = turn.get("listed")
-    return list(library_names) if listed is None else list(listed)
-
-
 def likeliest_skill(policy, prefix_ids: list[int], skill_names) -> str:
     """The listed skill the policy rates most likely to call here (its whole call, as trained).
 
@@ -114,8 +108,6 @@ def likeliest_skill(policy, prefix_ids: list[int], skill_names) -> str:
 def run_branch(
     run: RunConfig, pol: PolicyConfig, rollout: RolloutConfig, cfg: BranchConfig, seed: int
 ) -> bool:
-    from selskill.stages.context import skill_library
-
     stage = StageDir.of(run.runs_dir, run.exp, run.round, "branch")
     path = sampling_policy_path(run, pol)
 
@@ -125,7 +117,6 @@ def run_branch(
             read_stage(sample, "rollout", run.world_size).to_pylist(), key=lambda r: r["rollout_id"]
         )
         mine = shard_items(rows, run.rank, run.world_size)
-        names = skill_library(run.benchmark).names
         policy = None  # loaded only if an ordinary point needs its candidate skill
         out = []
         for row in mine:
@@ -134,7 +125,7 @@ def run_branch(
             stats.extra["candidates"] = stats.extra.get("candidates", 0) + len(cands)
             for c in select_points(cands, cfg, rng):
                 if c["pool"] == "ordinary":
-                    listed = listed_names(row["turns"][c["turn_index"]], names)
+                    listed = row["turns"][c["turn_index"]]["listed"]
                     if not listed:
                         stats.extra["nothing_listed"] = stats.extra.get("nothing_listed", 0) + 1
                         continue

@@ -41,8 +41,8 @@ def fork_start(source: dict, branch: BranchPoint, arm: str) -> ForkStart:
     t, offset = branch.turn_index, branch.token_offset
     turns = source["turns"][:t]
     messages = json.loads(source["messages"])[: source["turns"][t]["message_index"]]
-    listed = source["turns"][t].get("listed")
-    if arm == "invoke" and listed is not None and branch.candidate_skill not in listed:
+    listed = list(source["turns"][t]["listed"])
+    if arm == "invoke" and branch.candidate_skill not in listed:
         raise ValueError(
             f"branch {branch.branch_id}: candidate skill {branch.candidate_skill!r} is not among the skills "
             f"its turn listed ({', '.join(listed) or 'none'}); rerun the branch stage"
@@ -65,7 +65,7 @@ def fork_start(source: dict, branch: BranchPoint, arm: str) -> ForkStart:
         forced_text=text,
         forced_canonical=canonical,
         cache_from=branch.branch_id,
-        listed=None if listed is None else list(listed),
+        listed=listed,
     )
 
 
