@@ -292,7 +292,7 @@ def test_selskill_round_and_init_are_thin_over_the_table(tmp_path, tiny_model_di
         == 0
     )
     out = capsys.readouterr().out
-    assert out.count("#SBATCH --array=0-0\n") == 5 and "dry run: nothing was written or submitted" in out
+    assert out.count("#SBATCH --array=0-1\n") == 5 and "dry run: nothing was written or submitted" in out
     games = [
         "--games_dir",
         str(tmp_path / "games"),
@@ -335,3 +335,26 @@ def test_selskill_eval_plays_any_model_on_any_games(
     saved = json.loads((out / "metrics.json").read_text())
     assert saved["model"] == str(tiny_model_dir) and saved["splits"]["train"]["overall"]["episodes"] == 2
     assert (out / "shards" / "00000.parquet").is_file()
+
+
+def _torch_threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
+
+
+def test_local_workers_split_this_process_threads(monkeypatch):
+    """Two workers on two cores get one torch thread each, not two each (four threads on two cores)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    import torch
+
+    from selskill.executors.local import _use_threads, worker_threads
+
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 4)
+    assert [worker_threads(w) for w in (1, 2, 3, 8)] == [4, 2, 1, 1]
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(1, mp_context=ctx, initializer=_use_threads, initargs=(2,)) as pool:
+        # the tests' environment says OMP_NUM_THREADS=1: the worker's count comes from the executor
+        assert pool.submit(_torch_threads).result(timeout=120) == 2

@@ -9,6 +9,7 @@ under `if __name__ == "__main__":` (docs/design.md, "Concurrent writers").
 from __future__ import annotations
 
 import os
+import sys
 from concurrent.futures import ProcessPoolExecutor
 
 from selskill.executors.base import Executor, Stage, raise_failures, recipe_argv, run_rank_from_argv
@@ -35,9 +36,11 @@ class LocalExecutor(Executor):
 
         argv, cwd = recipe_argv(recipe), os.getcwd()
         workers = min(n, self.workers or n)
-        print(f"{stage.name}: {n} ranks in {workers} worker processes", flush=True)
+        threads = worker_threads(workers)
+        print(f"{stage.name}: {n} ranks in {workers} worker processes, {threads} torch thread(s) each", flush=True)
         failures = {}
-        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        context = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(workers, mp_context=context, initializer=_use_threads, initargs=(threads,)) as pool:
             futures = {rank: pool.submit(run_rank_from_argv, stage, argv, rank, n, cwd) for rank in range(n)}
             for rank, future in futures.items():
                 try:
@@ -45,3 +48,25 @@ class LocalExecutor(Executor):
                 except Exception as exc:  # every rank runs to its end; the failures are reported together
                     failures[rank] = exc
         raise_failures(stage, failures, n)
+
+
+def worker_threads(workers: int) -> int:
+    """Torch threads for each of `workers` processes: this process's share split between them.
+
+    A spawned worker would otherwise start as many threads as this process has, and two
+    workers on a 2-core machine would run four threads on two cores, which is slower than
+    one process alone (docs/benchmarks.md, "Ranks side by side on the CPU").
+    """
+    if "torch" in sys.modules:
+        mine = sys.modules["torch"].get_num_threads()
+    else:
+        mine = int(os.environ.get("OMP_NUM_THREADS") or os.cpu_count() or 1)
+    return max(1, mine // max(1, workers))
+
+
+def _use_threads(threads: int) -> None:
+    for key in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[key] = str(threads)
+    import torch
+
+    torch.set_num_threads(threads)
