@@ -12,15 +12,24 @@ from selskill import report as rp
 from selskill.agent.alfworld import AlfworldTurnFormat
 from selskill.agent.eval_modes import (
     CONSERVATIVE_INSTRUCTION,
+    CSI_PLACEMENT,
     MODES,
     SKIP_SKILL,
+    capability_check_stats,
     prompt_setup,
 )
 from selskill.agent.runner import EpisodeRunner, EpisodeSpec, RunnerConfig
-from selskill.agent.turn_format import TOOL_CALL_OPEN, render_action, render_skill_call
+from selskill.agent.turn_format import (
+    THINK_CLOSE,
+    THINK_OPEN,
+    TOOL_CALL_OPEN,
+    render_action,
+    render_skill_call,
+)
 from selskill.envs.alfworld import AlfworldEnv, find_games
 from selskill.policy.hf import HFPolicy
 from selskill.skills import load_alfworld_skills, render_listing
+from selskill.skills.pseudo_skills import CAPABILITY_CHECK_INSTRUCTION
 from selskill.stages.evaluate import EvalConfig
 
 FMT = AlfworldTurnFormat(style="compact", admissible_style="local")
@@ -79,7 +88,64 @@ def test_unknown_mode_fails_naming_the_choices():
         "conservative",
         "explicit_skip",
         "listing_noise",
+        "capability_check",
     }
+    assert EvalConfig(eval_mode="capability_check").stage == "eval-capability_check"
+
+
+def test_capability_check_adds_the_papers_instruction_and_where_the_lines_go():
+    setup, text = _system("capability_check")
+    usual = FMT.system_text(render_listing(LIB, style="compact"))
+    assert CAPABILITY_CHECK_INSTRUCTION in text and CSI_PLACEMENT in text and THINK_OPEN in CSI_PLACEMENT
+    assert text.replace(f"{CAPABILITY_CHECK_INSTRUCTION} {CSI_PLACEMENT}\n\n", "") == usual
+    assert setup.library.names == LIB.names
+
+
+def _check(decision: str) -> str:
+    return (
+        f"{THINK_OPEN}SUBGOAL: find the mug\nEVIDENCE: not on the table\nCAPABILITY: searching\n"
+        f"DECISION: {decision}\nNEXT: open the cabinet; success: I see a mug{THINK_CLOSE}\n"
+    )
+
+
+def _turn(text: str, kind: str, skill: str | None = None, forced: bool = False) -> dict:
+    return {"text": text, "kind": kind, "skill": skill, "forced": forced}
+
+
+def test_capability_check_stats_count_checks_agreement_and_named_skills():
+    rows = [
+        {
+            "turns": [
+                # checked, agrees, names the skill it calls
+                _turn(
+                    _check("MATCH systematic_search") + render_skill_call("systematic_search"),
+                    "skill",
+                    "systematic_search",
+                ),
+                # checked, agrees (an action after NO_CAPABILITY_GAP)
+                _turn(_check("NO_CAPABILITY_GAP") + render_action("open cabinet 1"), "action"),
+            ]
+        },
+        {
+            "turns": [
+                # checked, disagrees (announces a call, acts), and a call that names another skill
+                _turn(_check("MATCH heat_object") + render_action("look"), "action"),
+                _turn(_check("MATCH heat_object") + render_skill_call("cool_object"), "skill", "cool_object"),
+                _turn(render_action("look"), "action"),  # no check
+                _turn(
+                    render_skill_call("heat_object"), "skill", "heat_object", forced=True
+                ),  # a fork's, not the policy's
+                _turn("<action>look", "malformed"),  # no decision
+            ]
+        },
+    ]
+    got = capability_check_stats(rows)
+    assert got["decisions"] == 5 and got["calls"] == 2
+    assert got["checked_share"] == pytest.approx(4 / 5)
+    assert got["calls_checked_share"] == 1.0
+    assert got["decision_agrees_share"] == pytest.approx(3 / 4)
+    assert got["match_names_called_skill_share"] == pytest.approx(1 / 2)
+    assert capability_check_stats([])["checked_share"] is None
 
 
 @pytest.fixture(scope="module")

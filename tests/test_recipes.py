@@ -200,3 +200,14 @@ def test_entry_point_dry_run_as_a_user_types_it():
     assert "effective batch size: 32" in out.stdout and "zero stage 3" in out.stdout
     assert "bf16 True (not supported on this machine" in out.stdout or "bf16 True," in out.stdout
     json.dumps(out.stdout)  # printable
+
+
+def test_an_empty_alfworld_data_is_named_with_the_fix(monkeypatch):
+    """alfworld itself stops on it with "No such file or directory: ''"."""
+    from selskill.config import load_recipe
+
+    monkeypatch.setenv("ALFWORLD_DATA", "")
+    with pytest.raises(ValueError, match="ALFWORLD_DATA is set but empty: unset it"):
+        load_recipe(["--config", "recipes/tiny.yaml"])
+    monkeypatch.delenv("ALFWORLD_DATA")
+    load_recipe(["--config", "recipes/tiny.yaml"])

@@ -254,6 +254,67 @@ def test_mode_task_lists_the_tasks_skills_in_the_system_prompt(tokenizer, index,
     assert "heat" in " ".join(listed)  # a pick_heat task finds the heating skill among 40
 
 
+PSG_DOC = (
+    "NAME: examine_under_light\nUse it to look at an object by the light of a desklamp.\n"
+    "1. find the desklamp 2. switch it on 3. examine the object"
+)
+
+
+def test_mode_task_scores_the_policys_own_pseudo_skills(tokenizer, index, task):
+    """SkillDreamer's PSG by the policy: one capability answer, one pseudo-skill per capability,
+    both asked with the paper's prompts before the episode, recorded in the row, and retrieval
+    lists what the task plus those pseudo-skills rank highest."""
+    from selskill.skills.retrieval import EpisodePrefix
+
+    state = AlfworldEnv(index).reset(task)
+    asked = []
+
+    def capabilities(prompt):
+        asked.append(prompt)
+        return "CAPABILITY: examining an object under a lamp\nANCHORS: desklamp"
+
+    def pseudo_skill(prompt):
+        asked.append(prompt)
+        return PSG_DOC
+
+    texts = [capabilities, pseudo_skill, render_action("look"), render_action("inventory")]
+    runner = EpisodeRunner(
+        Script(tokenizer, texts),
+        lambda: AlfworldEnv(index),
+        BIG,
+        FMT,
+        _config(pseudo_skills=True),
+        retriever=_retriever("task"),
+    )
+    row = runner.run([EpisodeSpec("e", task, seed=0)])[0]
+    assert "capability inference" in asked[0] and state.task in asked[0]
+    assert "Capability required: examining an object under a lamp" in asked[1] and "desklamp" in asked[1]
+    assert row["pseudo_skills"] == [PSG_DOC]
+    with_psg = _retriever("task").listing(EpisodePrefix(task=state.task), [PSG_DOC]).names
+    assert tuple(row["turns"][0]["listed"]) == with_psg
+    assert with_psg != _retriever("task").listing(EpisodePrefix(task=state.task)).names
+    assert json.loads(row["messages"])[0]["content"] == FMT.system_text(listing_text(BIG, with_psg))
+    # once per task per runner: a second run reuses them and asks the policy for turns only
+    runner.policy.texts = [render_action("look")]
+    again = runner.run([EpisodeSpec("e2", task, seed=1)])[0]
+    assert again["pseudo_skills"] == [PSG_DOC] and again["turns"][0]["text"] == render_action("look")
+
+
+def test_pseudo_skills_need_task_retrieval():
+    with pytest.raises(ValueError, match="retrieval_pseudo_skills.*retrieval_mode: task"):
+        RolloutConfig(retrieval_pseudo_skills=True, retrieval_mode="progress")
+    RolloutConfig(retrieval_pseudo_skills=True, retrieval_mode="task")
+    with pytest.raises(ValueError, match="mode task"):
+        EpisodeRunner(
+            Script(None, []),
+            lambda: None,
+            BIG,
+            FMT,
+            _config(pseudo_skills=True),
+            retriever=_retriever("progress"),
+        )
+
+
 def test_mode_progress_lists_each_step_after_its_observation(tokenizer, index, task, source_texts):
     row = _play(tokenizer, index, task, source_texts, mode="progress")
     messages = json.loads(row["messages"])

@@ -19,11 +19,15 @@ the observation the decision is taken on, since the system prompt's tokens canno
 mid-episode). Each turn records its listing (`listed`); a call to a skill outside it is
 malformed and never executed. A listing is a pure function of the episode prefix, so a
 fork, which rebuilds the prefix while it replays the source's turns, lists what the source
-would have listed after the same turns.
+would have listed after the same turns. With `pseudo_skills`, `task` retrieval also scores
+against SkillDreamer's pseudo-skills, which the policy writes greedily for each task before
+its episodes start (`selskill.skills.pseudo_skills`); the row records them, and a fork
+inherits its source's with the source's listing.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -45,6 +49,7 @@ from selskill.data.schema import ROLE_ASSISTANT, ROLE_OBSERVATION, ROLE_PROMPT, 
 from selskill.envs.base import Env, EnvError, EnvState
 from selskill.policy.base import GenerationRequest, Policy, SamplingParams
 from selskill.skills import SkillExecutor, SkillLibrary, render_listing
+from selskill.skills.pseudo_skills import generate_pseudo_skills_batch
 from selskill.skills.retrieval import EpisodePrefix, SkillRetriever, alfworld_step, skill_step
 
 # what heads a `progress` listing at the end of an observation message
@@ -69,6 +74,10 @@ class RunnerConfig:
     # free: the policy writes any command; admissible: once it opens `<action>`, only admissible
     # commands can follow (selskill/agent/action_choice.py)
     action_choice: str = "free"
+    # `task` retrieval: the policy writes pseudo-skills for each task first (SkillDreamer's PSG),
+    # greedily, each of its answers at most `pseudo_skill_tokens` tokens
+    pseudo_skills: bool = False
+    pseudo_skill_tokens: int = 256
 
     def __post_init__(self):
         check_action_choice(self.action_choice)
@@ -107,6 +116,9 @@ class EpisodeSpec:
     # the split of the task index the task comes from, recorded in the row so that no later
     # stage has to read it off the task id
     split: str = ""
+    # `task` retrieval's pseudo-skills (the runner writes them when its config asks; a fork
+    # carries its source's), recorded in the row
+    pseudo_skills: tuple[str, ...] = ()
 
 
 @dataclass
@@ -233,7 +245,7 @@ class EpisodeHost:
                 ep.listed = self.library.names
                 if self.retriever is not None:
                     ep.prefix = self._initial_prefix(env, state)
-                    ep.listed = self._listed(ep.prefix)
+                    ep.listed = self._listed(ep.prefix, spec.pseudo_skills)
                     listing = self._listing_text(ep.listed) if self._mode == "task" else PROGRESS_LISTING
                 ep.messages = self._opening(env, state, listing)
                 if self._mode == "progress":
@@ -349,8 +361,16 @@ class EpisodeHost:
     def _mode(self) -> str:
         return "all" if self.retriever is None else self.retriever.config.mode
 
-    def _listed(self, prefix: EpisodePrefix) -> tuple[str, ...]:
-        return self.retriever.listing(prefix).names
+    def _listed(self, prefix: EpisodePrefix, pseudo_skills: Sequence[str] = ()) -> tuple[str, ...]:
+        return self.retriever.listing(prefix, pseudo_skills).names
+
+    def task_texts(self, task_ids: Sequence[str]) -> dict[str, str]:
+        """The task each of `task_ids` states at its start, as retrieval reads it."""
+        env = self._free.pop() if self._free else self.env_factory()
+        try:
+            return {t: self._initial_prefix(env, env.reset(t)).task for t in task_ids}
+        finally:
+            self._free.append(env)
 
     def _listing_text(self, names) -> str:
         return listing_text(self.library, names, self.config.listing_style)
@@ -539,6 +559,8 @@ class EpisodeRunner:
         episodes are played by an `EpisodeHost` in a child process in two half-batches: the
         policy generates one half's turn while the child steps the other half's environments.
         """
+        if config.pseudo_skills and (retriever is None or retriever.config.mode != "task"):
+            raise ValueError("pseudo-skills feed task retrieval: they need a retriever in mode task")
         self.policy = policy
         self.config = config
         listing = (
@@ -554,7 +576,8 @@ class EpisodeRunner:
             listing,
             retriever,
         )
-        self.end_of_turn_id = ChatTokens(policy.tokenizer, chat_template_kwargs).end_of_turn_id
+        self._chat = ChatTokens(policy.tokenizer, chat_template_kwargs)
+        self.end_of_turn_id = self._chat.end_of_turn_id
         self._vocab = (
             ActionVocabulary(policy.tokenizer, self.end_of_turn_id)
             if config.action_choice == "admissible"
@@ -562,6 +585,7 @@ class EpisodeRunner:
         )
         self.overlap = config.env_overlap and config.concurrent_episodes >= 2 and _picklable(self._host_args)
         self._host = None
+        self._pseudo: dict[str, tuple[str, ...]] = {}  # task id -> its pseudo-skills
 
     def _get_host(self):
         if self._host is None:
@@ -591,6 +615,7 @@ class EpisodeRunner:
         )
         self._prefill_fork_prefixes(specs)
         host = self._get_host()
+        specs = self._with_pseudo_skills(specs, host)
         groups = 2 if self.overlap else 1
         total = self.config.concurrent_episodes
         capacity = [total // groups + (1 if g < total % groups else 0) for g in range(groups)]
@@ -640,6 +665,37 @@ class EpisodeRunner:
             raise
         return [finished[s.episode_id] for s in specs]
 
+    def _with_pseudo_skills(self, specs: Sequence[EpisodeSpec], host) -> list[EpisodeSpec]:
+        """`specs`, each new episode with its task's pseudo-skills (generated once per task per runner)."""
+        specs = list(specs)
+        if not self.config.pseudo_skills:
+            return specs
+        todo = sorted(
+            {s.task_id for s in specs if s.fork is None and not s.pseudo_skills} - set(self._pseudo)
+        )
+        if todo:
+            host.submit("task_texts", todo)
+            texts = host.result()
+            made = generate_pseudo_skills_batch([texts[t] for t in todo], self._complete)
+            self._pseudo.update({t: ps.skills for t, ps in zip(todo, made, strict=True)})
+        return [
+            dataclasses.replace(s, pseudo_skills=self._pseudo[s.task_id])
+            if s.fork is None and not s.pseudo_skills
+            else s
+            for s in specs
+        ]
+
+    def _complete(self, prompts: Sequence[str]) -> list[str]:
+        """The policy's greedy answers to `prompts`, each as the one user message of a chat."""
+        chat = self._chat
+        params = SamplingParams(0.0, 1.0, self.config.pseudo_skill_tokens, (self.end_of_turn_id,))
+        requests = [GenerationRequest(chat.opening([{"role": "user", "content": p}])) for p in prompts]
+        out = []
+        for gens in self.policy.generate(requests, params):
+            ids = gens[0].token_ids
+            out.append(chat.decode(ids[:-1] if ids and ids[-1] == self.end_of_turn_id else ids))
+        return out
+
     def _prefill_fork_prefixes(self, specs: Sequence[EpisodeSpec]) -> None:
         prefill = getattr(self.policy, "prefill", None)
         if prefill is None:
@@ -673,4 +729,5 @@ def episode_row(ep: _Episode) -> dict:
         "error": ep.error,
         "turns": ep.turns,
         "messages": json.dumps(ep.messages, ensure_ascii=False),
+        "pseudo_skills": list(ep.spec.pseudo_skills),
     }

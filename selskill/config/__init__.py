@@ -15,6 +15,7 @@ the train section gets it as TRL's `seed` (`selskill.config.train.OWNED_ELSEWHER
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -187,6 +188,12 @@ def check_sections(sections: Sequence) -> None:
             "used with retrieval_mode: all and retrieval_library_size: 0",
             "listing_noise lists every skill of the library it pads to eval_listing_size; a second padding "
             "or a retrieval would measure something else",
+        )
+    if run.benchmark == "alfworld" and os.environ.get("ALFWORLD_DATA", None) == "":
+        # alfworld itself would stop on `mkdir('')` with "No such file or directory: ''"
+        raise ValueError(
+            "ALFWORLD_DATA is set but empty: unset it (`unset ALFWORLD_DATA`; generated games need none) or set "
+            "it to a copy of the ALFWorld data"
         )
     if run.benchmark != "bfcl":
         return

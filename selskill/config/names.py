@@ -37,6 +37,7 @@ EVAL_MODES: tuple[str, ...] = (
     "conservative",
     "explicit_skip",
     "listing_noise",
+    "capability_check",
 )
 
 # which skills a decision lists (selskill.skills.retrieval's modes and scorers, issue 18)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from selskill.config.checks import check_at_least, check_choice
+from selskill.config.checks import bad_value, check_at_least, check_choice
 from selskill.config.names import (
     ACTION_CHOICES,
     ADMISSIBLE_STYLES,
@@ -120,6 +120,17 @@ class RolloutConfig:
         default="bm25",
         metadata={"help": "retrieval_mode task | progress: bm25 | dense | fused (BM25 + dense, RRF)"},
     )
+    retrieval_pseudo_skills: bool = field(
+        default=False,
+        metadata={
+            "help": "retrieval_mode task: the policy first writes SkillDreamer's pseudo-skills for each task "
+            "(capability inference, then one imagined skill per capability; greedy) and retrieval scores the "
+            "library against the task and each of them (alpha = 2); recorded in the rows as pseudo_skills"
+        },
+    )
+    retrieval_pseudo_max_new_tokens: int = field(
+        default=256, metadata={"help": "retrieval_pseudo_skills: tokens of each of the policy's PSG answers"}
+    )
     retrieval_library_size: int = field(
         default=0,
         metadata={
@@ -137,6 +148,14 @@ class RolloutConfig:
         check_choice(self, "retrieval_mode", RETRIEVAL_MODES)
         check_choice(self, "retrieval_scorer", RETRIEVAL_SCORERS)
         check_at_least(self, 0, "retrieval_library_size", why="0 = the benchmark's own skills")
+        check_at_least(self, 1, "retrieval_pseudo_max_new_tokens", why="tokens of each PSG answer")
+        if self.retrieval_pseudo_skills and self.retrieval_mode != "task":
+            raise bad_value(
+                "retrieval_pseudo_skills",
+                True,
+                f"false with retrieval_mode {self.retrieval_mode}",
+                why="pseudo-skills feed task retrieval: set retrieval_mode: task",
+            )
         check_at_least(
             self,
             1,

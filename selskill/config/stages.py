@@ -117,7 +117,9 @@ class EvalConfig:
         metadata={
             "help": "skills (the method's setting) | no_skills | skills_as_context | conservative | "
             "explicit_skip: the paper's Appendix D baselines | listing_noise: every skill of the benchmark's "
-            "library padded with distractors to eval_listing_size (App. F); a round writes mode M to eval-M/ "
+            "library padded with distractors to eval_listing_size (App. F) | capability_check: SkillDreamer's "
+            "SUBGOAL/EVIDENCE/CAPABILITY/DECISION/NEXT check in each turn's think block, with its compliance "
+            "in metrics.json; a round writes mode M to eval-M/ "
             "(listing_noise to eval-listing_noise-<size>/)"
         },
     )

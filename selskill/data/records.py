@@ -83,6 +83,7 @@ class Rollout(_Row):
     error: str | None
     turns: list[Turn]
     messages: str
+    pseudo_skills: list[str]
 
 
 @dataclass
@@ -130,6 +131,7 @@ class Fork(_Row):
     error: str | None
     turns: list[Turn]
     messages: str
+    pseudo_skills: list[str]
     env_steps_after_branch: int
     steps_after_branch: int
     malformed_after_branch: int

@@ -57,6 +57,8 @@ _EPISODE_OUTCOME = [
     ("error", pa.string()),
     ("turns", pa.list_(_TURN)),
     ("messages", pa.string()),  # JSON chat messages, for humans
+    # task retrieval's pseudo-skills, written by the policy for the task (retrieval_pseudo_skills)
+    ("pseudo_skills", pa.list_(pa.string())),
 ]
 
 ROLLOUT_SCHEMA = pa.schema(

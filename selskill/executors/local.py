@@ -37,10 +37,15 @@ class LocalExecutor(Executor):
         argv, cwd = recipe_argv(recipe), os.getcwd()
         workers = min(n, self.workers or n)
         threads = worker_threads(workers)
-        print(f"{stage.name}: {n} ranks in {workers} worker processes, {threads} torch thread(s) each", flush=True)
+        print(
+            f"{stage.name}: {n} ranks in {workers} worker processes, {threads} torch thread(s) each",
+            flush=True,
+        )
         failures = {}
         context = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(workers, mp_context=context, initializer=_use_threads, initargs=(threads,)) as pool:
+        with ProcessPoolExecutor(
+            workers, mp_context=context, initializer=_use_threads, initargs=(threads,)
+        ) as pool:
             futures = {rank: pool.submit(run_rank_from_argv, stage, argv, rank, n, cwd) for rank in range(n)}
             for rank, future in futures.items():
                 try:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 MAX_CAPABILITIES = 5  # "PSG infers at most five capability requirements for each task" (§3.1)
@@ -228,14 +228,34 @@ def generate_pseudo_skills(
     A capability whose pseudo-skill comes back empty is dropped with it. Deterministic when
     `generate` is (greedy decoding, or a seeded sampler).
     """
-    caps = parse_capabilities(generate(capability_prompt(task, max_capabilities)), max_capabilities)
-    kept_caps, skills = [], []
-    for cap in caps.capabilities:
-        doc = parse_pseudo_skill(generate(pseudo_skill_prompt(task, cap, caps.anchors)))
+    return generate_pseudo_skills_batch([task], lambda ps: [generate(p) for p in ps], max_capabilities)[0]
+
+
+def generate_pseudo_skills_batch(
+    tasks: Sequence[str],
+    generate: Callable[[Sequence[str]], list[str]],
+    max_capabilities: int = MAX_CAPABILITIES,
+) -> list[PseudoSkills]:
+    """PSG for many tasks with a batched generator (prompts -> answers, in order): one batch of
+    capability inferences, then one batch of every task's pseudo-skill prompts."""
+    caps = [
+        parse_capabilities(answer, max_capabilities)
+        for answer in generate([capability_prompt(t, max_capabilities) for t in tasks])
+    ] if tasks else []  # fmt: skip
+    jobs = [(i, cap) for i, c in enumerate(caps) for cap in c.capabilities]
+    answers = (
+        generate([pseudo_skill_prompt(tasks[i], cap, caps[i].anchors) for i, cap in jobs]) if jobs else []
+    )
+    kept: list[tuple[list[str], list[str]]] = [([], []) for _ in tasks]
+    for (i, cap), answer in zip(jobs, answers, strict=True):
+        doc = parse_pseudo_skill(answer)
         if doc:
-            kept_caps.append(cap)
-            skills.append(doc)
-    return PseudoSkills(task, tuple(kept_caps), caps.anchors, tuple(skills))
+            kept[i][0].append(cap)
+            kept[i][1].append(doc)
+    return [
+        PseudoSkills(t, tuple(k[0]), caps[i].anchors, tuple(k[1]))
+        for i, (t, k) in enumerate(zip(tasks, kept, strict=True))
+    ]
 
 
 def checkpoint_message(step: int, max_steps: int) -> str:

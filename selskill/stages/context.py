@@ -52,6 +52,8 @@ def runner_config(rollout: RolloutConfig, temperature: float, top_p: float = 1.0
         listing_style=rollout.listing_style,
         env_overlap=rollout.env_overlap,
         action_choice=rollout.action_choice,
+        pseudo_skills=rollout.retrieval_pseudo_skills,
+        pseudo_skill_tokens=rollout.retrieval_pseudo_max_new_tokens,
     )
 
 

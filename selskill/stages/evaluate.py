@@ -31,7 +31,7 @@ from selskill.stages.common import (
 )
 from selskill.stages.context import game_index, load_policy, make_runner
 
-CODE_VERSION = 3  # bump when a change alters the rows this stage writes (completed ranks are then refused)
+CODE_VERSION = 4  # bump when a change alters the rows this stage writes (completed ranks are then refused)
 
 
 def eval_policy_path(run: RunConfig) -> str:
@@ -151,6 +151,13 @@ def run_eval(
         "mode": cfg.eval_mode,
         "splits": summarize(rows, cfg, seed, run.benchmark),
     }
+    if cfg.eval_mode == "capability_check":
+        from selskill.agent.eval_modes import capability_check_stats
+
+        metrics["capability_check"] = {
+            split: capability_check_stats([r for r in rows if r["task_id"].startswith(f"{split}/")])
+            for split in cfg.splits
+        }
     spec = benchmark(run.benchmark)
     if spec.tags_metrics:
         metrics.update(benchmark=spec.name, steps=spec.steps.what)

@@ -32,7 +32,7 @@ from selskill.stages.common import (
 )
 from selskill.stages.context import game_index, load_policy, make_runner, sampling_policy_path
 
-CODE_VERSION = 3  # bump when a change alters the rows this stage writes (completed ranks are then refused)
+CODE_VERSION = 4  # bump when a change alters the rows this stage writes (completed ranks are then refused)
 
 
 def fork_start(source: dict, branch: BranchPoint, arm: str) -> ForkStart:
@@ -103,6 +103,7 @@ def run_fork(run: RunConfig, pol: PolicyConfig, rollout: RolloutConfig, cfg: For
                             fork=start,
                             meta={"branch": b, "arm": arm, "k": k},
                             split=split,
+                            pseudo_skills=tuple(sources[b.rollout_id]["pseudo_skills"] or ()),
                         )
                     )
         bar = progress_bar(len(specs), f"fork r{run.round} rank {run.rank}")
