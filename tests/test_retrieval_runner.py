@@ -207,6 +207,10 @@ def test_make_runner_wires_the_recipe_keys(tokenizer, index):
     noise = make_runner(policy, index, RolloutConfig(), 0.0, mode="listing_noise", listing_size=40)
     library, listing = noise._host_args[1], noise._host_args[6]
     assert len(library) == 40 and noise._host_args[-1] is None and listing == render_listing(library)
+    psg = RolloutConfig(retrieval_mode="task", retrieval_library_size=40, retrieval_pseudo_skills=True)
+    assert make_runner(policy, index, psg, 1.0).config.pseudo_skills is True
+    # a baseline without a listing under a pseudo-skill recipe: nothing to retrieve, nothing to write
+    assert make_runner(policy, index, psg, 0.0, mode="no_skills").config.pseudo_skills is False
 
 
 # --- the parser -------------------------------------------------------------------------------

@@ -17,6 +17,8 @@ listings of the kind its source saw.
 
 from __future__ import annotations
 
+import dataclasses
+
 from collections.abc import Sequence
 
 from selskill.agent.benchmarks import DEFAULT_BENCHMARK, benchmark, benchmark_of_index
@@ -153,13 +155,17 @@ def make_runner(
     library = runner_library(rollout, spec.name, mode, listing_size)
     setup = prompt_setup(mode, library, spec.turn_format(rollout), rollout.listing_style)
     runner_class, factory = spec.runner_class(), spec.env_factory(index)
+    ret = retriever(rollout, setup.library) if setup.fmt.skills_section == "listed" else None
+    config = runner_config(rollout, temperature, top_p)
+    if ret is None:  # an eval mode without a listing has nothing for pseudo-skills to retrieve
+        config = dataclasses.replace(config, pseudo_skills=False)
     return runner_class(
         policy,
         factory,
         setup.library,
         setup.fmt,
-        runner_config(rollout, temperature, top_p),
+        config,
         chat_template_kwargs=rollout.chat_template_kwargs(spec.name),
         skill_text=setup.skill_text,
-        retriever=retriever(rollout, setup.library) if setup.fmt.skills_section == "listed" else None,
+        retriever=ret,
     )
