@@ -18,7 +18,6 @@ listings of the kind its source saw.
 from __future__ import annotations
 
 import dataclasses
-
 from collections.abc import Sequence
 
 from selskill.agent.benchmarks import DEFAULT_BENCHMARK, benchmark, benchmark_of_index
