@@ -79,6 +79,11 @@ class ChatTokens:
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=False)
 
+    def split_end(self, ids: list[int]) -> tuple[list[int], bool]:
+        """A generation's tokens without its closing end-of-turn token, and whether it had one."""
+        ended = bool(ids) and ids[-1] == self.end_of_turn_id
+        return (list(ids[:-1]) if ended else list(ids)), ended
+
 
 def decision_token_index(tokenizer, ids: list[int], char_offset: int) -> int:
     """Index of the token where the decision text (at `char_offset` of the decoded turn) begins.

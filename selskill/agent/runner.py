@@ -279,9 +279,8 @@ class EpisodeHost:
         ep.forced_ids = []
         start = len(ep.ids)
         generated = list(gen.token_ids)
-        ended = bool(generated) and generated[-1] == self.chat.end_of_turn_id
-        body = forced + (generated[:-1] if ended else generated)
-        text = self.chat.decode(body)
+        content, ended = self.chat.split_end(generated)
+        text = self.chat.decode(forced + content)
         ep.extend(forced, ROLE_ASSISTANT, index)
         ep.extend(generated, ROLE_ASSISTANT, index, list(gen.logprobs), list(gen.entropies))
         if not ended:  # truncated turn: close it so the context stays well formed
@@ -670,31 +669,26 @@ class EpisodeRunner:
         specs = list(specs)
         if not self.config.pseudo_skills:
             return specs
-        todo = sorted(
-            {s.task_id for s in specs if s.fork is None and not s.pseudo_skills} - set(self._pseudo)
-        )
+        new = [s.fork is None and not s.pseudo_skills for s in specs]
+        todo = sorted({s.task_id for s, n in zip(specs, new, strict=True) if n} - set(self._pseudo))
         if todo:
             host.submit("task_texts", todo)
             texts = host.result()
             made = generate_pseudo_skills_batch([texts[t] for t in todo], self._complete)
             self._pseudo.update({t: ps.skills for t, ps in zip(todo, made, strict=True)})
         return [
-            dataclasses.replace(s, pseudo_skills=self._pseudo[s.task_id])
-            if s.fork is None and not s.pseudo_skills
-            else s
-            for s in specs
+            dataclasses.replace(s, pseudo_skills=self._pseudo[s.task_id]) if n else s
+            for s, n in zip(specs, new, strict=True)
         ]
 
     def _complete(self, prompts: Sequence[str]) -> list[str]:
         """The policy's greedy answers to `prompts`, each as the one user message of a chat."""
-        chat = self._chat
         params = SamplingParams(0.0, 1.0, self.config.pseudo_skill_tokens, (self.end_of_turn_id,))
-        requests = [GenerationRequest(chat.opening([{"role": "user", "content": p}])) for p in prompts]
-        out = []
-        for gens in self.policy.generate(requests, params):
-            ids = gens[0].token_ids
-            out.append(chat.decode(ids[:-1] if ids and ids[-1] == self.end_of_turn_id else ids))
-        return out
+        requests = [GenerationRequest(self._chat.opening([{"role": "user", "content": p}])) for p in prompts]
+        return [
+            self._chat.decode(self._chat.split_end(gens[0].token_ids)[0])
+            for gens in self.policy.generate(requests, params)
+        ]
 
     def _prefill_fork_prefixes(self, specs: Sequence[EpisodeSpec]) -> None:
         prefill = getattr(self.policy, "prefill", None)
