@@ -47,10 +47,8 @@ from selskill.skills.retrieval import (
     EpisodePrefix,
     RetrievalConfig,
     SkillRetriever,
-    alfworld_step,
     bfcl_steps,
     dense_unavailable,
-    skill_step,
 )
 
 KS: tuple[int, ...] = (1, 3, 5)
@@ -176,25 +174,19 @@ def _traced_episode_class():
     from selskill.init.demos import DemoEpisode
 
     class TracedEpisode(DemoEpisode):
-        """A demonstration that also records, at each decision, the prefix retrieval may see."""
+        """A demonstration that also records, at each decision, the prefix retrieval sees there."""
 
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
-            self.prefix = EpisodePrefix(task=self.state.task, observation=self.state.observation)
             self.decisions: list[tuple[EpisodePrefix, str | None]] = []
 
         def act(self, command, text=None):
             self.decisions.append((self.prefix, None))
             super().act(command, text)
-            obs = self.state.observation
-            self.prefix = self.prefix.extend(alfworld_step(command, obs), observation=obs)
 
         def call(self, name, role):
             self.decisions.append((self.prefix, name))
-            rec = super().call(name, role)
-            obs = rec.observation if self.executor.library[name].is_executable else self.prefix.observation
-            self.prefix = self.prefix.extend(skill_step(name, rec.observation, rec.precise), observation=obs)
-            return rec
+            return super().call(name, role)
 
         def _after_failure(self, name):  # the bench mix never reacts to a failed call
             return None

@@ -10,16 +10,9 @@ import pytest
 
 from selskill.agent.alfworld import AlfworldTurnFormat
 from selskill.agent.eval_modes import prompt_setup
+from selskill.agent.listings import PROGRESS_LISTING, STEP_SKILLS_HEADING, listing_text
 from selskill.agent.parser import parse_turn
-from selskill.agent.runner import (
-    PROGRESS_LISTING,
-    STEP_SKILLS_HEADING,
-    EpisodeHost,
-    EpisodeRunner,
-    EpisodeSpec,
-    RunnerConfig,
-    listing_text,
-)
+from selskill.agent.runner import EpisodeHost, EpisodeRunner, EpisodeSpec, RunnerConfig
 from selskill.agent.transcript import INVALID_TURN_FEEDBACK, MALFORMED_COMMAND
 from selskill.agent.turn_format import forced_prefix, render_action, render_skill_call
 from selskill.config import check_sections
@@ -479,3 +472,62 @@ def test_bfcl_progress_episodes_replay_their_listings():
     other = BfclEnv(["base"], scenarios=[106], id_prefix="train/")
     for k, turn in enumerate(row["turns"]):
         assert list(host._listed(host._replay(other, task_id, row["turns"][:k]))) == turn["listed"], k
+
+
+# --- the init's demonstrations list skills as the episodes do ----------------------------------
+
+
+@pytest.mark.parametrize("mode", [None, "task", "progress"])
+def test_demonstrations_are_the_transcripts_the_runner_writes_for_their_turns(tokenizer, index, mode):
+    """A demo built for a retrieval round, its assistant turns played by the runner, comes back
+    message for message: same system prompt, same step listings, every call listed."""
+    from selskill.init.demos import build_demos
+
+    library = OWN if mode is None else BIG
+    ret = None if mode is None else _retriever(mode, library)
+    report = build_demos(index.games, fmt=FMT, library=library, retriever=ret, seed=0)
+    assert len(report.demos) >= 5, report.dropped
+    config = _config(max_env_steps=60, max_turns=80, max_new_tokens=96, max_context_tokens=1 << 16)
+    calls = 0
+    for demo in report.demos:
+        texts = [m["content"] for m in demo.messages if m["role"] == "assistant"]
+        runner = EpisodeRunner(
+            Script(tokenizer, texts), lambda: AlfworldEnv(index), library, FMT, config, retriever=ret
+        )
+        row = runner.run([EpisodeSpec("e", demo.task_id, seed=0)])[0]
+        assert json.loads(row["messages"]) == demo.messages, demo.task_id
+        assert row["success"] and all(t["kind"] in ("action", "skill") for t in row["turns"])
+        assert [t["skill"] for t in row["turns"] if t["kind"] == "skill"] == [c["skill"] for c in demo.calls]
+        calls += len(demo.calls)
+    assert calls, "the mix called skills"
+    if mode == "progress":
+        shown = {
+            tuple(step_listing(m["content"]))
+            for d in report.demos
+            for m in d.messages
+            if STEP_SKILLS_HEADING in m["content"]
+        }
+        assert len(shown) > 1, "each step lists its own skills"
+        assert not any(f"- {n}:" in report.demos[0].messages[0]["content"] for n in BIG.names)
+
+
+def test_retrieval_inits_refuse_what_they_cannot_build(tmp_path):
+    from selskill.config import load_recipe
+    from selskill.init.alfworld import build_init_policy
+    from selskill.init.dagger import DaggerSettings
+    from selskill.stages.table import ensure_init_policy
+
+    # DAgger's own rollouts list every skill: a retrieval init would be trained on two prompts
+    with pytest.raises(ValueError, match="init_dagger_iters: 1 with retrieval_mode: progress"):
+        build_init_policy(
+            tmp_path / "init", games_dir=tmp_path, dagger=DaggerSettings(iterations=1),
+            library=BIG, retriever=_retriever("progress"),
+        )  # fmt: skip
+    assert not (tmp_path / "init").exists()
+    # the BFCL demonstrations list the 18 skills: the error says how to get a usable init
+    recipe = load_recipe(
+        ["--config", "recipes/bfcl_tiny.yaml", "--runs_dir", str(tmp_path), "--retrieval_mode", "task",
+         "--retrieval_library_size", "68"]
+    )  # fmt: skip
+    with pytest.raises(ValueError, match="retrieval_mode: task, retrieval_library_size: 68.*--model_name_or_path"):
+        ensure_init_policy(recipe)

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 
 from selskill.agent.action_choice import ActionChoice, ActionVocabulary, check_action_choice
 from selskill.agent.chat_tokens import ChatTokens, decision_token_index
+from selskill.agent.listings import DecisionListings, first_prefix, prefix_after_action, prefix_after_skill
 from selskill.agent.parser import parse_turn
 from selskill.agent.transcript import (
     MALFORMED_COMMAND,
@@ -50,12 +51,7 @@ from selskill.envs.base import Env, EnvError, EnvState
 from selskill.policy.base import GenerationRequest, Policy, SamplingParams
 from selskill.skills import SkillExecutor, SkillLibrary, render_listing
 from selskill.skills.pseudo_skills import generate_pseudo_skills_batch
-from selskill.skills.retrieval import EpisodePrefix, SkillRetriever, alfworld_step, skill_step
-
-# what heads a `progress` listing at the end of an observation message
-STEP_SKILLS_HEADING = "Skills for this step:"
-# what the system prompt's skill section says instead of a listing in `progress` mode
-PROGRESS_LISTING = f'(listed after each observation, under "{STEP_SKILLS_HEADING}")'
+from selskill.skills.retrieval import EpisodePrefix, SkillRetriever
 
 
 @dataclass(frozen=True)
@@ -150,11 +146,6 @@ class _Episode:
         self.entropy.extend(entropy if entropy is not None else [0.0] * n)
 
 
-def listing_text(library: SkillLibrary, names: Sequence[str], style: str = "compact") -> str:
-    """`names` as `render_listing` lists them, best first: a library would sort them by name."""
-    return "\n".join(render_listing(SkillLibrary({n: library[n]}), style=style) for n in names)
-
-
 def turn_seed(seed: int, turn: int) -> int:
     return (int(seed) * 1_000_003 + turn * 7919) % (2**62)
 
@@ -181,9 +172,8 @@ class EpisodeHost:
         self.config = config
         self.chat = ChatTokens(tokenizer, chat_template_kwargs)
         self.listing = listing
-        self.retriever: SkillRetriever | None = (
-            retriever if retriever is not None and retriever.config.mode != "all" else None
-        )
+        self.listings = DecisionListings(library, retriever, config.listing_style)
+        self.retriever: SkillRetriever | None = self.listings.retriever
         self._free: list[Env] = []  # each engine loads its own libdownward copy: engines are reused
         self._pending: deque[EpisodeSpec] = deque()
         self._groups: dict[int, list[_Episode]] = {}
@@ -241,15 +231,11 @@ class EpisodeHost:
         try:
             if spec.fork is None:
                 state = env.reset(spec.task_id)
-                listing = self.listing
-                ep.listed = self.library.names
                 if self.retriever is not None:
                     ep.prefix = self._initial_prefix(env, state)
-                    ep.listed = self._listed(ep.prefix, spec.pseudo_skills)
-                    listing = self._listing_text(ep.listed) if self._mode == "task" else PROGRESS_LISTING
-                ep.messages = self._opening(env, state, listing)
-                if self._mode == "progress":
-                    ep.messages[-1] = self._with_step_listing(ep.messages[-1], ep.listed)
+                ep.listed = self.listings.listed(ep.prefix, spec.pseudo_skills)
+                ep.messages = self._opening(env, state, self.listings.system_listing(ep.listed, self.listing))
+                ep.messages[-1] = self.listings.step_message(ep.messages[-1], ep.listed)
                 ids = self.chat.opening(ep.messages)
                 ep.extend(ids, ROLE_PROMPT, -1)
                 ep.n_prompt_tokens = len(ids)
@@ -338,9 +324,9 @@ class EpisodeHost:
         ep.termination = self._termination(ep)
         if self.retriever is not None:
             ep.prefix = self._extend_prefix(ep.prefix, record, ep.env.state, call)
-            if self._mode == "progress" and not ep.termination:
+            if self.listings.mode == "progress" and not ep.termination:
                 ep.listed = self._listed(ep.prefix)
-                reply = self._with_step_listing(reply, ep.listed)
+                reply = self.listings.step_message(reply, ep.listed)
         ep.messages.append(reply)
         if ep.termination:
             return
@@ -356,12 +342,8 @@ class EpisodeHost:
 
     # -- the listing of each decision --------------------------------------------------------
 
-    @property
-    def _mode(self) -> str:
-        return "all" if self.retriever is None else self.retriever.config.mode
-
     def _listed(self, prefix: EpisodePrefix, pseudo_skills: Sequence[str] = ()) -> tuple[str, ...]:
-        return self.retriever.listing(prefix, pseudo_skills).names
+        return self.listings.listed(prefix, pseudo_skills)
 
     def task_texts(self, task_ids: Sequence[str]) -> dict[str, str]:
         """The task each of `task_ids` states at its start, as retrieval reads it."""
@@ -370,14 +352,6 @@ class EpisodeHost:
             return {t: self._initial_prefix(env, env.reset(t)).task for t in task_ids}
         finally:
             self._free.append(env)
-
-    def _listing_text(self, names) -> str:
-        return listing_text(self.library, names, self.config.listing_style)
-
-    def _with_step_listing(self, message: dict, names) -> dict:
-        """`message` with the step's listing at its end, in the system prompt's listing style."""
-        text = self._listing_text(names) or "(none)"
-        return {**message, "content": f"{message['content']}\n\n{STEP_SKILLS_HEADING}\n{text}"}
 
     def _replay(self, env: Env, task_id: str, turns: Sequence[dict]) -> EpisodePrefix:
         """Restore the environment turn by turn (not `env.replay`): each turn's observations
@@ -411,7 +385,7 @@ class EpisodeHost:
 
     def _initial_prefix(self, env: Env, state: EnvState) -> EpisodePrefix:
         """What retrieval sees before the first decision."""
-        return EpisodePrefix(task=state.task, observation=state.observation)
+        return first_prefix(state)
 
     def _extend_prefix(self, prefix: EpisodePrefix, record: dict, state: EnvState, call) -> EpisodePrefix:
         """The prefix after one turn, from its record, the state after it and its skill call.
@@ -420,15 +394,9 @@ class EpisodeHost:
         view of the environment); a malformed turn adds no step, only what the engine answered.
         """
         if record["kind"] == "skill":
-            executable = self.library[record["skill"]].is_executable
-            observation = call.observation if executable else prefix.observation
-            return prefix.extend(
-                skill_step(record["skill"], call.observation, call.precise), observation=observation
-            )
+            return prefix_after_skill(prefix, self.library, record["skill"], call)
         if record["kind"] == "action":
-            return prefix.extend(
-                alfworld_step(record["action"], state.observation), observation=state.observation
-            )
+            return prefix_after_action(prefix, record["action"], state.observation)
         return prefix.extend(observation=state.observation)
 
     def _act(self, env: Env, action: str) -> tuple[EnvState, list[str], dict]:

@@ -31,6 +31,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+from selskill.agent.listings import DecisionListings
 from selskill.agent.turn_format import TurnFormat
 from selskill.config.checks import changed_settings
 from selskill.config.init import InitConfig
@@ -57,6 +58,8 @@ from selskill.init.sft import (
     sft_train,
 )
 from selskill.policy.bootstrap import TinyArch, build_model, train_tokenizer
+from selskill.skills import SkillLibrary, load_alfworld_skills
+from selskill.skills.retrieval import SkillRetriever
 
 MANIFEST_VERSION = 1
 
@@ -198,6 +201,8 @@ def build_init_policy(
     fmt: TurnFormat = DEMO_FORMAT,
     listing_style: str = DEMO_LISTING_STYLE,
     dagger: DaggerSettings | None = None,
+    library: SkillLibrary | None = None,
+    retriever: SkillRetriever | None = None,
     report_to: str | list[str] = "none",
     progress: bool = True,
     redo: bool = False,
@@ -209,7 +214,9 @@ def build_init_policy(
     over the same demonstrations: `pretrain_epochs` with every token in the loss (the
     model learns the environment's language and to copy names from its context, which a
     from-scratch model does not learn from the few assistant tokens alone), then
-    `epochs` with the assistant tokens only (the policy).
+    `epochs` with the assistant tokens only (the policy). `library` (default: the 10 ALFWorld
+    skills) and `retriever` are the rounds' (`selskill.stages.context.runner_library` and
+    `retriever`): the demonstrations list each decision's skills as the rounds will.
     """
     out_dir = Path(out_dir)
     stage_dir = out_dir.parent
@@ -236,10 +243,22 @@ def build_init_policy(
         fmt=fmt,
         listing_style=listing_style,
     )
+    own = load_alfworld_skills()
+    listings = DecisionListings(library or own, retriever, listing_style)
+    if listings.mode != "all" or len(listings.library) != len(own):
+        # builds listing the 10 skills keep their settings (and stay reusable) without the key
+        ret = listings.retriever
+        settings["retrieval"] = {"library_size": len(listings.library), "mode": listings.mode,
+                                 **(ret.config.to_dict() if ret else {})}  # fmt: skip
     if not settings["demo_mix"].get("false_take"):
         # keys added later join the settings only when used: earlier builds stay reusable
         settings["demo_mix"].pop("false_take", None)
     dagger = dagger or DaggerSettings()
+    if dagger.iterations and listings.mode != "all":
+        raise ValueError(
+            f"init_dagger_iters: {dagger.iterations} with retrieval_mode: {listings.mode}: DAgger's rollouts "
+            "list every skill; build the retrieval init with init_dagger_iters: 0"
+        )
     base_manifest: dict = {}
     if dagger.iterations:
         # only DAgger builds carry the key: builds without it keep their manifests valid
@@ -266,6 +285,8 @@ def build_init_policy(
         max_env_steps=max_env_steps,
         fmt=fmt,
         listing_style=listing_style,
+        library=listings.library,
+        retriever=listings.retriever,
         progress=progress,
     )
     timings["demos_seconds"] = round(time.perf_counter() - t, 1)
@@ -273,7 +294,7 @@ def build_init_policy(
         raise RuntimeError(f"no winning demonstration from {len(records)} games: {dict(report.dropped)}")
 
     t = time.perf_counter()
-    corpus = tokenizer_corpus(report.demos, fmt=fmt, listing_style=listing_style)
+    corpus = tokenizer_corpus(report.demos, listings.library, fmt=fmt, listing_style=listing_style)
     tokenizer = train_tokenizer(corpus, vocab_size=vocab_size)
     timings["tokenizer_seconds"] = round(time.perf_counter() - t, 1)
 

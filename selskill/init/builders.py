@@ -2,8 +2,9 @@
 
 Keyed by the benchmark's name rather than held by its `selskill.agent.benchmarks` spec:
 `init` sits above `agent` (it plays and trains), so a spec cannot point at it. A builder
-gets what the stage resolved through the spec: the turn format the rounds play with and
-`train_tasks(n)`, the first n train task ids in the order the sample stage takes them.
+gets what the stage resolved through the spec: the turn format the rounds play with,
+`train_tasks(n)`, the first n train task ids in the order the sample stage takes them, and
+the library and retriever the rounds' episodes list skills from.
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ if TYPE_CHECKING:
 Builder = Callable[..., Path]
 
 
-def _alfworld(recipe: Recipe, out: Path, *, fmt: TurnFormat, train_tasks: Callable[[int], list[str]]) -> Path:
+def _alfworld(
+    recipe: Recipe, out: Path, *, fmt: TurnFormat, train_tasks: Callable[[int], list[str]], library, retriever
+) -> Path:
     from selskill.init.alfworld import build_init_policy_from_config
 
     return build_init_policy_from_config(
@@ -30,12 +33,25 @@ def _alfworld(recipe: Recipe, out: Path, *, fmt: TurnFormat, train_tasks: Callab
         action_choice=recipe.rollout.action_choice,
         fmt=fmt,
         listing_style=recipe.rollout.listing_style,
+        library=library,
+        retriever=retriever,
     )
 
 
-def _bfcl(recipe: Recipe, out: Path, *, fmt: TurnFormat, train_tasks: Callable[[int], list[str]]) -> Path:
+def _bfcl(
+    recipe: Recipe, out: Path, *, fmt: TurnFormat, train_tasks: Callable[[int], list[str]], library, retriever
+) -> Path:
     from selskill.init.bfcl import build_bfcl_init_policy_from_config
 
+    own = _bfcl_skills()
+    if retriever is not None or len(library) != len(own):
+        r = recipe.rollout
+        raise ValueError(
+            f"retrieval_mode: {r.retrieval_mode}, retrieval_library_size: {r.retrieval_library_size}: the BFCL "
+            f"init's demonstrations list the {len(own)} BFCL skills, not this recipe's listing. Build the init "
+            "in a run with retrieval_mode: all and retrieval_library_size: 0, then pass "
+            "--model_name_or_path runs/<that exp>/round_0/train/model"
+        )
     return build_bfcl_init_policy_from_config(
         recipe.init,
         out,
@@ -45,6 +61,12 @@ def _bfcl(recipe: Recipe, out: Path, *, fmt: TurnFormat, train_tasks: Callable[[
         fmt=fmt,
         listing_style=recipe.rollout.listing_style,
     )
+
+
+def _bfcl_skills():
+    from selskill.skills import load_bfcl_skills
+
+    return load_bfcl_skills()
 
 
 INIT_BUILDERS: dict[str, Builder] = {"alfworld": _alfworld, "bfcl": _bfcl}

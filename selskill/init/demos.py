@@ -55,6 +55,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from selskill.agent.alfworld import AlfworldTurnFormat
+from selskill.agent.listings import DecisionListings, first_prefix, prefix_after_action, prefix_after_skill
 from selskill.agent.parser import parse_turn
 from selskill.agent.transcript import after_action, after_skill, opening_messages
 from selskill.agent.turn_format import TurnFormat, render_action, render_skill_call
@@ -63,6 +64,7 @@ from selskill.envs.alfworld import AlfworldEnv, GameIndex, GameRecord, find_game
 from selskill.envs.base import EnvError
 from selskill.envs.expert import DEFAULT_MAX_ENV_STEPS, Expert, TaskSpec, task_spec, type_of
 from selskill.skills import SkillCallRecord, SkillExecutor, SkillLibrary, load_alfworld_skills, render_listing
+from selskill.skills.retrieval import SkillRetriever
 
 # The format the offline policy is trained and sampled with (the runner must use the same).
 DEMO_FORMAT = AlfworldTurnFormat(style="compact", show_admissible_commands=True, admissible_style="local")
@@ -160,14 +162,23 @@ class DemoReport:
 
 
 class DemoEpisode:
-    """Drives env + executor for one demo and writes the transcript as the runner would."""
+    """Drives env + executor for one demo and writes the transcript as the runner would.
 
-    def __init__(self, env, executor, fmt, listing, record, spec, rng, mix, max_env_steps):
+    `listings` (default: every skill, always) says what each decision is shown, as the episode
+    host shows it; a call the mix draws for a skill that decision does not list is not made
+    (`call` returns None), since the parser would reject it in a rollout.
+    """
+
+    def __init__(self, env, executor, fmt, listing, record, spec, rng, mix, max_env_steps, listings=None):
         self.env, self.executor, self.fmt = env, executor, fmt
         self.record, self.spec, self.rng, self.mix = record, spec, rng, mix
         self.max_env_steps = max_env_steps
+        self.listings: DecisionListings = listings or DecisionListings(executor.library, None)
         self.state = env.reset(record.task_id)
-        self.messages = opening_messages(fmt, listing, self.state)
+        self.prefix = first_prefix(self.state)
+        self.listed = self.listings.listed(self.prefix)
+        self.messages = opening_messages(fmt, self.listings.system_listing(self.listed, listing), self.state)
+        self.messages[-1] = self.listings.step_message(self.messages[-1], self.listed)
         self.expert = Expert(spec, self.state, search=mix.search)
         self.env_steps = 0
         self.calls: list[dict] = []
@@ -186,21 +197,38 @@ class DemoEpisode:
             or self.n_turns >= 2 * self.max_env_steps
         )
 
+    def _reply(self, message: dict) -> None:
+        """Append the answer to a turn, with the next decision's listing where it has one."""
+        if self.listings.mode == "progress" and not self.over:
+            self.listed = self.listings.listed(self.prefix)
+            message = self.listings.step_message(message, self.listed)
+        self.messages.append(message)
+
     def act(self, command: str, text: str | None = None) -> None:
         """Play `command`; `text` is the assistant turn that said it (default: as the expert writes it)."""
         self.messages.append(self.fmt.assistant_message(render_action(command) if text is None else text))
         self.state = self.env.step(command)
         self.env_steps += self.state.env_steps
         self.expert.observe(command, self.state)
-        self.messages.append(after_action(self.fmt, self.state))
+        self.prefix = prefix_after_action(self.prefix, command, self.state.observation)
+        self._reply(after_action(self.fmt, self.state))
 
-    def call(self, name: str, role: str) -> SkillCallRecord:
-        self.messages.append(self.fmt.assistant_message(render_skill_call(name)))
-        rec = self.executor.execute(self.env, name, None)
+    def run_call(self, name: str, text: str | None = None, arguments: dict | None = None) -> SkillCallRecord:
+        """Say and execute a call of `name` (`text`: the assistant turn, default the expert's)."""
+        self.messages.append(self.fmt.assistant_message(render_skill_call(name) if text is None else text))
+        rec = self.executor.execute(self.env, name, arguments)
         self.state = self.env.state
         self.env_steps += rec.env_steps
         self.expert.observe_skill(rec, self.state)
-        self.messages.append(after_skill(self.fmt, rec.observation, self.state))
+        self.prefix = prefix_after_skill(self.prefix, self.executor.library, name, rec)
+        self._reply(after_skill(self.fmt, rec.observation, self.state))
+        return rec
+
+    def call(self, name: str, role: str) -> SkillCallRecord | None:
+        """A mixed-in call, recorded among the demo's calls; None where `name` is not listed."""
+        if name not in self.listed:
+            return None
+        rec = self.run_call(name)
         self.calls.append(
             {
                 "role": role,
@@ -216,13 +244,8 @@ class DemoEpisode:
         return rec
 
     def _after_failure(self, name: str) -> None:
-        if self.rng.random() < self.mix.repeat_failed:
-            self.messages.append(self.fmt.assistant_message(render_skill_call(name)))
-            rec = self.executor.execute(self.env, name, None)
-            self.state = self.env.state
-            self.env_steps += rec.env_steps
-            self.expert.observe_skill(rec, self.state)
-            self.messages.append(after_skill(self.fmt, rec.observation, self.state))
+        if self.rng.random() < self.mix.repeat_failed and name in self.listed:
+            rec = self.run_call(name)
             self.calls.append(
                 {
                     "role": "repeat",
@@ -276,9 +299,11 @@ class MixState:
         self.second_done |= spec.n_objects == 2 and len(ex.placed) == 1 and not ex.holding
 
 
-def _play(env, executor, fmt, listing, record: GameRecord, spec: TaskSpec, rng, mix: DemoMix, max_env_steps):
+def _play(
+    env, executor, fmt, listing, record: GameRecord, spec: TaskSpec, rng, mix: DemoMix, max_env_steps, listings=None
+):
     """Returns (Demo, None) or (None, drop reason)."""
-    ep = DemoEpisode(env, executor, fmt, listing, record, spec, rng, mix, max_env_steps)
+    ep = DemoEpisode(env, executor, fmt, listing, record, spec, rng, mix, max_env_steps, listings)
     task_skill = TASK_SKILL.get(spec.task_type)
     if ep.chance(mix.opening_memory):
         ep.call(
@@ -298,36 +323,31 @@ def play_on(ep: DemoEpisode, done: MixState, untrained: list[int]):
     """
     spec, mix = ep.spec, ep.mix
     task_skill = TASK_SKILL.get(spec.task_type)
+    # `ep.call` is None for a skill the decision does not list: the expert plays on instead
     while not ep.over:
         ex = ep.expert
         phase = ex.phase()
         r_random = ep.chance(mix.random_memory)
         if phase == "fetch" and not done.seen_done:
             done.seen_done = True
-            if ep.chance(mix.premature_seen) and task_skill:
-                ep.call(task_skill, "premature")
+            if ep.chance(mix.premature_seen) and task_skill and ep.call(task_skill, "premature"):
                 continue
         if phase in ("treat", "light") and not done.treat_done:
             done.treat_done = True
-            if ep.chance(mix.useful):
-                ep.call(task_skill, "useful")
+            if ep.chance(mix.useful) and ep.call(task_skill, "useful"):
                 continue
         if phase == "place" and ex.holding not in done.placing_for:
             done.placing_for.add(ex.holding)
             place_mem, wrong = ep.chance(mix.place_memory), ep.chance(mix.wrong_executable)
-            if spec.task_type in PLACE_ONLY and wrong:
-                ep.call(ep.rng.choice(WRONG_EXECUTABLE), "wrong_exec")
+            if spec.task_type in PLACE_ONLY and wrong and ep.call(ep.rng.choice(WRONG_EXECUTABLE), "wrong_exec"):
                 continue
-            if place_mem:
-                ep.call("place_held_object", "place_memory")
+            if place_mem and ep.call("place_held_object", "place_memory"):
                 continue
         if spec.n_objects == 2 and len(ex.placed) == 1 and not ex.holding and not done.second_done:
             done.second_done = True
-            if ep.chance(mix.second_memory):
-                ep.call("find_second_object", "second_memory")
+            if ep.chance(mix.second_memory) and ep.call("find_second_object", "second_memory"):
                 continue
-        if r_random:
-            ep.call(ep.rng.choice(RANDOM_MEMORY), "random_memory")
+        if r_random and ep.call(ep.rng.choice(RANDOM_MEMORY), "random_memory"):
             continue
         if ep.chance(mix.mistake):
             untrained.append(ep.n_turns)
@@ -378,10 +398,16 @@ def build_demos(
     fmt: TurnFormat = DEMO_FORMAT,
     listing_style: str = DEMO_LISTING_STYLE,
     library: SkillLibrary | None = None,
+    retriever: SkillRetriever | None = None,
     max_env_steps: int = DEFAULT_MAX_ENV_STEPS,
     progress: bool = False,
 ) -> DemoReport:
-    """Play every game once (expert + mixed skill calls); keep the won episodes."""
+    """Play every game once (expert + mixed skill calls); keep the won episodes.
+
+    `library` is what the episodes may call and `retriever` (over it) what each decision
+    lists, as the rounds' episode host will (`selskill.agent.listings`): an init meant for
+    retrieval rounds is trained on their prompts.
+    """
     mix = mix or DemoMix()
     if isinstance(games, (str, Path)):
         games = find_games(games, split)
@@ -389,6 +415,7 @@ def build_demos(
     library = library or load_alfworld_skills()
     executor = SkillExecutor(library)
     listing = render_listing(library, style=listing_style)
+    listings = DecisionListings(library, retriever, listing_style)
     env = AlfworldEnv(records)
     report = DemoReport(demos=[])
     iterator: Iterable[GameRecord] = records
@@ -401,7 +428,7 @@ def build_demos(
         rng = random.Random(f"selskill-demo:{seed}:{record.task_id}")
         try:
             spec = task_spec(record)
-            demo, reason = _play(env, executor, fmt, listing, record, spec, rng, mix, max_env_steps)
+            demo, reason = _play(env, executor, fmt, listing, record, spec, rng, mix, max_env_steps, listings)
         except (EnvError, OSError, ValueError, KeyError) as exc:
             demo, reason = None, f"error:{type(exc).__name__}"
         if demo is None:

@@ -30,6 +30,7 @@ def ensure_init_policy(recipe: Recipe) -> Path | None:
     from selskill.agent.benchmarks import benchmark
     from selskill.init.builders import init_builder
     from selskill.stages.common import balanced_tasks
+    from selskill.stages.context import retriever, runner_library
 
     spec = benchmark(recipe.run.benchmark)
 
@@ -37,8 +38,16 @@ def ensure_init_policy(recipe: Recipe) -> Path | None:
         # the first n train tasks in the order the sample stage takes them
         return balanced_tasks(spec.task_index(recipe.run, "train").games, n)
 
+    library = runner_library(recipe.rollout, spec.name)
     build = init_builder(spec.name)
-    return build(recipe, out, fmt=spec.turn_format(recipe.rollout), train_tasks=train_tasks)
+    return build(
+        recipe,
+        out,
+        fmt=spec.turn_format(recipe.rollout),
+        train_tasks=train_tasks,
+        library=library,
+        retriever=retriever(recipe.rollout, library),
+    )
 
 
 def init_stage(recipe: Recipe) -> Path | None:
