@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from selskill.agent.transcript import MALFORMED_COMMAND, after_malformed, after_skill
+from selskill.agent.transcript import MALFORMED_COMMAND, after_malformed
 from selskill.agent.turn_format import TurnFormat
 from selskill.envs.alfworld import AlfworldEnv, GameRecord
 from selskill.envs.base import EnvError
@@ -83,15 +83,11 @@ def _replay(ep: DemoEpisode, turn: dict) -> None:
     if kind == "action":
         ep.act(turn["action"], text=turn["text"])
         return
-    ep.messages.append(ep.fmt.assistant_message(turn["text"]))
     if kind == "skill":
         arguments = json.loads(turn["arguments"]) if turn.get("arguments") else None
-        rec = ep.executor.execute(ep.env, turn["skill"], arguments)
-        ep.state = ep.env.state
-        ep.env_steps += rec.env_steps
-        ep.expert.observe_skill(rec, ep.state)
-        ep.messages.append(after_skill(ep.fmt, rec.observation, ep.state))
+        ep.run_call(turn["skill"], text=turn["text"], arguments=arguments)
     else:
+        ep.messages.append(ep.fmt.assistant_message(turn["text"]))
         ep.state = ep.env.step(MALFORMED_COMMAND)
         ep.env_steps += ep.state.env_steps
         ep.expert.observe(MALFORMED_COMMAND, ep.state)
