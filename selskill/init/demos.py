@@ -40,8 +40,10 @@ docs/benchmarks.md, "Init policy at the `small` scale"). Rates above 0.5 at a fi
 visible cue (the opening, the premature call, the useful call) are what a greedy policy
 reproduces; rates below it give sampled rollouts the variety the branch stage needs.
 
-Messages are built with `selskill.agent.transcript` and the turn-format renderers, so the
-policy is trained on exactly the format the episode runner gives it. Every kept
+Messages are built with `selskill.agent.transcript` and the turn-format renderers, and each
+decision's skills are listed by `selskill.agent.listings`, so the policy is trained on exactly
+the format and listings the episode runner gives it (a run with retrieval builds its init on
+its own listings, and the mix only calls skills the decision lists). Every kept
 demonstration is verified won within `max_env_steps` environment steps (skill actions
 count); the others are dropped and counted. Everything is deterministic per (seed, task).
 """
@@ -228,34 +230,20 @@ class DemoEpisode:
         """A mixed-in call, recorded among the demo's calls; None where `name` is not listed."""
         if name not in self.listed:
             return None
-        rec = self.run_call(name)
-        self.calls.append(
-            {
-                "role": role,
-                "skill": name,
-                "precise": rec.precise,
-                "error": rec.error,
-                "env_steps": rec.env_steps,
-                "turn": self.n_turns - 1,
-            }
-        )
+        rec = self._recorded_call(name, role)
         if not rec.precise and not self.over:
             self._after_failure(name)
         return rec
 
+    def _recorded_call(self, name: str, role: str) -> SkillCallRecord:
+        rec = self.run_call(name)
+        self.calls.append({"role": role, "skill": name, "precise": rec.precise, "error": rec.error,
+                           "env_steps": rec.env_steps, "turn": self.n_turns - 1})  # fmt: skip
+        return rec
+
     def _after_failure(self, name: str) -> None:
         if self.rng.random() < self.mix.repeat_failed and name in self.listed:
-            rec = self.run_call(name)
-            self.calls.append(
-                {
-                    "role": "repeat",
-                    "skill": name,
-                    "precise": rec.precise,
-                    "error": rec.error,
-                    "env_steps": rec.env_steps,
-                    "turn": self.n_turns - 1,
-                }
-            )
+            self._recorded_call(name, "repeat")
         if not self.over and self.rng.random() < self.mix.after_failure_memory:
             self.call(self.rng.choice(AFTER_FAILURE_MEMORY), "after_failure")
 
