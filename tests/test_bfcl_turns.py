@@ -328,3 +328,36 @@ def test_the_appendix_d_eval_modes_apply_to_the_bfcl_format():
     assert "Prefer direct environment actions" in texts["conservative"]
     assert "- self_reasoning:" in texts["explicit_skip"]
     assert all(t.endswith("- ls(): list") for t in texts.values())
+
+
+# --- the init's demonstrations are the runner's transcripts ------------------------------------
+
+
+@pytest.mark.parametrize("mode", [None, "task", "progress"])
+def test_bfcl_demonstrations_are_the_transcripts_the_runner_writes_for_their_turns(env, tokenizer, mode):
+    """Each demo's assistant turns, played by the runner with the same listing, give the demo back."""
+    from selskill.agent.listings import STEP_SKILLS_HEADING
+    from selskill.init.bfcl_demos import DEMO_FORMAT, build_bfcl_demos
+    from selskill.skills.distractors import library_of_size
+    from selskill.skills.retrieval import RetrievalConfig, SkillRetriever
+
+    library = load_bfcl_skills() if mode is None else library_of_size(load_bfcl_skills(), 68, 0)
+    ret = None if mode is None else SkillRetriever(library, RetrievalConfig(mode=mode))
+    report = build_bfcl_demos(env, library=library, retriever=ret, seed=0)
+    assert len(report.demos) >= 4, report.dropped
+    config = RunnerConfig(max_env_steps=60, max_turns=60, max_new_tokens=400, max_context_tokens=1 << 16)
+    calls = 0
+    for demo in report.demos:
+        texts = [m["content"] for m in demo.messages if m["role"] == "assistant"]
+        runner = BfclEpisodeRunner(Scripted(tokenizer, texts), lambda: env, library, DEMO_FORMAT, config, retriever=ret)
+        row = runner.run([EpisodeSpec("e", demo.task_id, seed=0)])[0]
+        played = json.loads(row["messages"])
+        # the demo ends at its last assistant turn; the row also keeps the host's closing reply
+        assert played[: len(demo.messages)] == demo.messages, demo.task_id
+        assert [m["role"] for m in played[len(demo.messages) :]] in ([], ["user"])
+        assert row["success"]
+        assert [t["skill"] for t in row["turns"] if t["kind"] == "skill"] == [c["skill"] for c in demo.calls]
+        calls += len(demo.calls)
+    assert calls, "the mix called skills"
+    steps = sum(STEP_SKILLS_HEADING in m["content"] for d in report.demos for m in d.messages)
+    assert (steps > 0) == (mode == "progress")

@@ -511,11 +511,9 @@ def test_demonstrations_are_the_transcripts_the_runner_writes_for_their_turns(to
         assert not any(f"- {n}:" in report.demos[0].messages[0]["content"] for n in BIG.names)
 
 
-def test_retrieval_inits_refuse_what_they_cannot_build(tmp_path):
-    from selskill.config import load_recipe
+def test_a_retrieval_init_refuses_dagger(tmp_path):
     from selskill.init.alfworld import build_init_policy
     from selskill.init.dagger import DaggerSettings
-    from selskill.stages.table import ensure_init_policy
 
     # DAgger's own rollouts list every skill: a retrieval init would be trained on two prompts
     with pytest.raises(ValueError, match="init_dagger_iters: 1 with retrieval_mode: progress"):
@@ -524,10 +522,3 @@ def test_retrieval_inits_refuse_what_they_cannot_build(tmp_path):
             library=BIG, retriever=_retriever("progress"),
         )  # fmt: skip
     assert not (tmp_path / "init").exists()
-    # the BFCL demonstrations list the 18 skills: the error says how to get a usable init
-    recipe = load_recipe(
-        ["--config", "recipes/bfcl_tiny.yaml", "--runs_dir", str(tmp_path), "--retrieval_mode", "task",
-         "--retrieval_library_size", "68"]
-    )  # fmt: skip
-    with pytest.raises(ValueError, match="retrieval_mode: task, retrieval_library_size: 68.*--model_name_or_path"):
-        ensure_init_policy(recipe)

@@ -38,6 +38,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from selskill.agent.listings import prefix_after_skill
 from selskill.agent.runner import EpisodeHost, EpisodeRunner
 from selskill.agent.transcript import after_skill
 from selskill.agent.turn_format import (
@@ -211,6 +212,24 @@ def broken_call_list(action: str) -> bool:
     return body != END_TURN and parse_calls(action) is None and bool(_CALL_START.match(body))
 
 
+# --- what retrieval sees (the host and the BFCL demonstrations) -------------------------------
+
+
+def bfcl_first_prefix(state: EnvState) -> EpisodePrefix:
+    """The first request is the task `task` mode retrieves for; later requests are goals."""
+    return EpisodePrefix(task=state.task, observation=state.observation, goal=state.task, api=True)
+
+
+def bfcl_prefix_after_step(prefix: EpisodePrefix, state: EnvState) -> EpisodePrefix:
+    """Each call of an action is a step; a turn with none (an end of turn, a malformed or
+    broken call list) adds no step but may bring the next request, the new goal."""
+    return prefix.extend(*bfcl_steps(state.info), observation=state.observation, goal=state.task)
+
+
+def bfcl_prefix_after_skill(prefix: EpisodePrefix, library, name: str, call, state: EnvState) -> EpisodePrefix:
+    return prefix_after_skill(prefix, library, name, call).extend(goal=state.task)
+
+
 # --- the episode host --------------------------------------------------------------------
 
 
@@ -221,15 +240,12 @@ class BfclEpisodeHost(EpisodeHost):
         return opening_messages(self.fmt, listing, env.functions, state)
 
     def _initial_prefix(self, env: Env, state: EnvState) -> EpisodePrefix:
-        # the first request is the task `task` mode retrieves for; later requests are goals
-        return EpisodePrefix(task=state.task, observation=state.observation, goal=state.task, api=True)
+        return bfcl_first_prefix(state)
 
     def _extend_prefix(self, prefix: EpisodePrefix, record: dict, state: EnvState, call) -> EpisodePrefix:
-        """Each call of an action is a step; a turn with none (an end of turn, a malformed or
-        broken call list) adds no step but may bring the next request, the new goal."""
         if record["kind"] == "skill":
-            return super()._extend_prefix(prefix, record, state, call).extend(goal=state.task)
-        return prefix.extend(*bfcl_steps(state.info), observation=state.observation, goal=state.task)
+            return bfcl_prefix_after_skill(prefix, self.library, record["skill"], call, state)
+        return bfcl_prefix_after_step(prefix, state)
 
     def _act(self, env: Env, action: str) -> tuple[EnvState, list[str], dict]:
         command = action_command(action)
@@ -266,6 +282,9 @@ class BfclEpisodeRunner(EpisodeRunner):
 
 __all__ = [
     "END_TURN",
+    "bfcl_first_prefix",
+    "bfcl_prefix_after_skill",
+    "bfcl_prefix_after_step",
     "MALFORMED_FEEDBACK",
     "BfclEpisodeHost",
     "BfclEpisodeRunner",

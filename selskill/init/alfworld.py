@@ -51,6 +51,7 @@ from selskill.init.sft import (
     demo_token_lengths,
     is_complete,
     read_manifest,
+    record_listing,
     reuse_or_start,
     save_init_policy,
     settings_record,
@@ -245,11 +246,7 @@ def build_init_policy(
     )
     own = load_alfworld_skills()
     listings = DecisionListings(library or own, retriever, listing_style)
-    if listings.mode != "all" or len(listings.library) != len(own):
-        # builds listing the 10 skills keep their settings (and stay reusable) without the key
-        ret = listings.retriever
-        settings["retrieval"] = {"library_size": len(listings.library), "mode": listings.mode,
-                                 **(ret.config.to_dict() if ret else {})}  # fmt: skip
+    record_listing(settings, listings, len(own))
     if not settings["demo_mix"].get("false_take"):
         # keys added later join the settings only when used: earlier builds stay reusable
         settings["demo_mix"].pop("false_take", None)

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from selskill.agent.bfcl import BfclTurnFormat
+from selskill.agent.listings import DecisionListings
 from selskill.config.init import InitConfig
 from selskill.init.alfworld import init_arch
 from selskill.init.bfcl_demos import (
@@ -30,6 +31,7 @@ from selskill.init.bfcl_demos import (
 )
 from selskill.init.sft import (
     demo_token_lengths,
+    record_listing,
     reuse_or_start,
     save_init_policy,
     settings_record,
@@ -37,6 +39,8 @@ from selskill.init.sft import (
     sft_train,
 )
 from selskill.policy.bootstrap import TinyArch, build_model, train_tokenizer
+from selskill.skills import SkillLibrary, load_bfcl_skills
+from selskill.skills.retrieval import SkillRetriever
 
 MANIFEST_VERSION = 1
 
@@ -61,6 +65,8 @@ def build_bfcl_init_policy(
     logging_steps: int = 10,
     fmt: BfclTurnFormat = DEMO_FORMAT,
     listing_style: str = DEMO_LISTING_STYLE,
+    library: SkillLibrary | None = None,
+    retriever: SkillRetriever | None = None,
     report_to: str | list[str] = "none",
     progress: bool = True,
     redo: bool = False,
@@ -68,7 +74,8 @@ def build_bfcl_init_policy(
     """Build (or reuse) the BFCL init policy at `out_dir`; returns `out_dir`.
 
     `scenarios` are the train split's (`RunConfig.bfcl_split("train")`). Demonstrates their tasks
-    in `categories`, or only the train tasks `task_ids` (`train/<BFCL id>`).
+    in `categories`, or only the train tasks `task_ids` (`train/<BFCL id>`). `library` (default:
+    the 18 BFCL skills) and `retriever` are the rounds': the demonstrations list as they will.
     """
     from selskill.envs.bfcl import BfclEnv
 
@@ -96,6 +103,9 @@ def build_bfcl_init_policy(
         fmt=fmt,
         listing_style=listing_style,
     )
+    own = load_bfcl_skills()
+    listings = DecisionListings(library or own, retriever, listing_style)
+    record_listing(settings, listings, len(own))
     if reuse_or_start(out_dir, stage_dir, settings, redo):
         return out_dir
     timings: dict[str, float] = {}
@@ -104,13 +114,16 @@ def build_bfcl_init_policy(
     t = time.perf_counter()
     env = BfclEnv(categories, scenarios=scenarios, withheld_callable=withheld_callable, id_prefix="train/")
     ids = list(task_ids) if task_ids is not None else env.task_ids()
-    report = build_bfcl_demos(env, mix=mix, seed=seed, fmt=fmt, listing_style=listing_style, task_ids=ids)
+    report = build_bfcl_demos(
+        env, mix=mix, seed=seed, fmt=fmt, listing_style=listing_style, library=listings.library,
+        retriever=listings.retriever, task_ids=ids,
+    )  # fmt: skip
     timings["demos_seconds"] = round(time.perf_counter() - t, 1)
     if not report.demos:
         raise RuntimeError(f"no winning demonstration from {len(ids)} BFCL tasks: {dict(report.dropped)}")
 
     t = time.perf_counter()
-    tokenizer = train_tokenizer(bfcl_tokenizer_corpus(report.demos), vocab_size=vocab_size)
+    tokenizer = train_tokenizer(bfcl_tokenizer_corpus(report.demos, listings.library), vocab_size=vocab_size)
     timings["tokenizer_seconds"] = round(time.perf_counter() - t, 1)
     lengths = demo_token_lengths(tokenizer, report.demos)
     kept = [d for d, n in zip(report.demos, lengths, strict=True) if n <= max_length]

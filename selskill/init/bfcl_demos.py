@@ -37,16 +37,21 @@ from selskill.agent.bfcl import (
     BfclTurnFormat,
     after_skill,
     after_step,
+    bfcl_first_prefix,
+    bfcl_prefix_after_skill,
+    bfcl_prefix_after_step,
     opening_messages,
     render_calls,
     render_end_turn,
 )
+from selskill.agent.listings import DecisionListings
 from selskill.agent.turn_format import render_skill_call
 from selskill.envs.bfcl import BfclEnv, BfclTask, function_docs
 from selskill.envs.calls import Call, parse_one_call
 from selskill.init.demos import Demo, DemoReport
 from selskill.skills import CallStep, Skill, SkillExecutor, SkillLibrary, load_bfcl_skills, render_listing
 from selskill.skills.executor import template_fields, value_has_type
+from selskill.skills.retrieval import SkillRetriever
 
 DEMO_FORMAT = BfclTurnFormat(doc_style="brief")
 DEMO_LISTING_STYLE = "compact"
@@ -131,7 +136,7 @@ def match_skill(skill: Skill, calls: Sequence[Call]) -> dict | None:
 def plan_turn(
     calls: Sequence[str], library: SkillLibrary, rng: random.Random, useful: float
 ) -> list[tuple[str, object]]:
-    """The turn's ground truth as ("call", text) and ("skill", (name, arguments)) items."""
+    """The turn's ground truth as ("call", text) and ("skill", (name, arguments, the calls it makes)) items."""
     parsed = [parse_one_call(c) for c in calls]
     executable = [s for s in library.values() if s.is_executable]
     out: list[tuple[str, object]] = []
@@ -145,7 +150,7 @@ def plan_turn(
                 match = (skill.name, args, n)
                 break
         if match is not None and rng.random() < useful:
-            out.append(("skill", match[:2]))
+            out.append(("skill", (*match[:2], [c.render() for c in parsed[i : i + match[2]]])))
             i += match[2]
         else:
             out.append(("call", parsed[i].render()))
@@ -157,35 +162,48 @@ def plan_turn(
 
 
 class _Episode:
-    """Drives the env and the executor for one demonstration, writing the transcript as the host does."""
+    """Drives the env and the executor for one demonstration, writing the transcript (and each
+    decision's listing, `selskill.agent.listings`) as the host does."""
 
-    def __init__(self, env: BfclEnv, task_id: str, executor, fmt, listing: str):
-        self.env, self.executor, self.fmt = env, executor, fmt
+    def __init__(self, env: BfclEnv, task_id: str, executor, fmt, listing: str, listings: DecisionListings):
+        self.env, self.executor, self.fmt, self.listings = env, executor, fmt, listings
         self.state = env.reset(task_id)
-        self.messages = opening_messages(fmt, listing, env.functions, self.state)
+        self.prefix = bfcl_first_prefix(self.state)
+        self.listed = listings.listed(self.prefix)
+        self.messages = opening_messages(fmt, listings.system_listing(self.listed, listing), env.functions, self.state)
+        self.messages[-1] = listings.step_message(self.messages[-1], self.listed)
         self.calls: list[dict] = []
         self.env_steps = 0
 
     def _reply(self, message: dict) -> None:
         if not self.state.done:  # the runner's transcript ends at the last assistant turn
+            if self.listings.mode == "progress":
+                self.listed = self.listings.listed(self.prefix)
+                message = self.listings.step_message(message, self.listed)
             self.messages.append(message)
 
     def act(self, command: str) -> None:
         self.messages.append({"role": "assistant", "content": render_calls([command])})
         self.state = self.env.step(command)
         self.env_steps += self.state.env_steps
+        self.prefix = bfcl_prefix_after_step(self.prefix, self.state)
         self._reply(after_step(self.fmt, self.state))
 
     def end_turn(self) -> None:
         self.messages.append({"role": "assistant", "content": render_end_turn()})
         self.state = self.env.step("")
+        self.prefix = bfcl_prefix_after_step(self.prefix, self.state)
         self._reply(after_step(self.fmt, self.state))
 
-    def call(self, name: str, arguments: dict | None, role: str) -> bool:
+    def call(self, name: str, arguments: dict | None, role: str) -> bool | None:
+        """Whether the call was precise; None (and no call) where the decision does not list `name`."""
+        if name not in self.listed:
+            return None
         self.messages.append({"role": "assistant", "content": render_skill_call(name, arguments or None)})
         rec = self.executor.execute(self.env, name, arguments or None)
         self.state = self.env.state
         self.env_steps += rec.env_steps
+        self.prefix = bfcl_prefix_after_skill(self.prefix, self.executor.library, name, rec, self.state)
         self._reply(after_skill(self.fmt, rec.observation, self.state))
         turn = sum(1 for m in self.messages if m["role"] == "assistant") - 1
         self.calls.append({"role": role, "skill": name, "precise": rec.precise, "error": rec.error,
@@ -211,11 +229,13 @@ def play_task(
     mix: BfclDemoMix,
     seed: int,
     substitute: bool = True,
+    listings: DecisionListings | None = None,
 ) -> tuple[Demo | None, str | None]:
-    """One demonstration of `task` (Demo, None), or (None, why it was dropped)."""
+    """One demonstration of `task` (Demo, None), or (None, why it was dropped). A skill the mix
+    draws where the decision does not list it is not called; a useful one's calls are made instead."""
     rng = random.Random(f"selskill-bfcl-demo:{seed}:{task.id}")
     owner = {d["name"]: c for c in task.involved_classes for d in function_docs([c])}
-    ep = _Episode(env, task_id, executor, fmt, listing)
+    ep = _Episode(env, task_id, executor, fmt, listing, listings or DecisionListings(library, None))
     references = [REFERENCE_SKILL[c] for c in task.involved_classes if REFERENCE_SKILL.get(c) in library]
     if rng.random() < mix.opening_memory:
         ep.call(rng.choice([STRATEGY_SKILL, *references]), None, "opening")
@@ -235,7 +255,12 @@ def play_task(
         for kind, item in plan:
             if kind == "call":
                 ep.act(item)
-            elif not ep.call(item[0], item[1], "useful"):
+                continue
+            name, arguments, calls_made = item
+            if name not in ep.listed:
+                for command in calls_made:
+                    ep.act(command)
+            elif not ep.call(name, arguments, "useful"):
                 return None, "skill_failed"
         ep.end_turn()
     if not ep.state.won:
@@ -262,22 +287,25 @@ def build_bfcl_demos(
     fmt: BfclTurnFormat = DEMO_FORMAT,
     listing_style: str = DEMO_LISTING_STYLE,
     library: SkillLibrary | None = None,
+    retriever: SkillRetriever | None = None,
     task_ids: Sequence[str] | None = None,
 ) -> DemoReport:
     """One demonstration per task of `env` (or of `task_ids`); a task lost with skills mixed in is played
-    again without substitutions, and dropped only if that loses too."""
+    again without substitutions, and dropped only if that loses too. `library` and `retriever` are the
+    rounds': each decision lists what their episodes will list."""
     mix = mix or BfclDemoMix()
     library = library or load_bfcl_skills()
     executor = SkillExecutor(library)
     listing = render_listing(library, style=listing_style)
+    listings = DecisionListings(library, retriever, listing_style)
     report = DemoReport(demos=[])
     for task_id in task_ids if task_ids is not None else env.task_ids():
         report.attempted += 1
         task = env.task(task_id)
-        demo, reason = play_task(env, task, task_id, library, executor, fmt, listing, mix, seed)
+        demo, reason = play_task(env, task, task_id, library, executor, fmt, listing, mix, seed, True, listings)
         if demo is None:
             report.dropped[f"substituted_{reason}"] += 1
-            demo, reason = play_task(env, task, task_id, library, executor, fmt, listing, mix, seed, False)
+            demo, reason = play_task(env, task, task_id, library, executor, fmt, listing, mix, seed, False, listings)
         if demo is None:
             report.dropped[reason] += 1
         else:

@@ -43,15 +43,6 @@ def _bfcl(
 ) -> Path:
     from selskill.init.bfcl import build_bfcl_init_policy_from_config
 
-    own = _bfcl_skills()
-    if retriever is not None or len(library) != len(own):
-        r = recipe.rollout
-        raise ValueError(
-            f"retrieval_mode: {r.retrieval_mode}, retrieval_library_size: {r.retrieval_library_size}: the BFCL "
-            f"init's demonstrations list the {len(own)} BFCL skills, not this recipe's listing. Build the init "
-            "in a run with retrieval_mode: all and retrieval_library_size: 0, then pass "
-            "--model_name_or_path runs/<that exp>/round_0/train/model"
-        )
     return build_bfcl_init_policy_from_config(
         recipe.init,
         out,
@@ -60,13 +51,9 @@ def _bfcl(
         task_ids=train_tasks(recipe.init.init_bfcl_tasks),
         fmt=fmt,
         listing_style=recipe.rollout.listing_style,
+        library=library,
+        retriever=retriever,
     )
-
-
-def _bfcl_skills():
-    from selskill.skills import load_bfcl_skills
-
-    return load_bfcl_skills()
 
 
 INIT_BUILDERS: dict[str, Builder] = {"alfworld": _alfworld, "bfcl": _bfcl}

@@ -175,6 +175,17 @@ def settings_record(**kwargs) -> dict:
     return json.loads(json.dumps(out, sort_keys=True))
 
 
+def record_listing(settings: dict, listings, own_size: int) -> None:
+    """Add the build's listing (`DecisionListings`) to `settings` where it is not the benchmark's
+    `own_size` skills, all listed: builds without retrieval keep their settings and stay reusable."""
+    if listings.mode == "all" and len(listings.library) == own_size:
+        return
+    ret = listings.retriever
+    settings["retrieval"] = settings_record(
+        r={"library_size": len(listings.library), "mode": listings.mode, **(ret.config.to_dict() if ret else {})}
+    )["r"]
+
+
 def read_manifest(out_dir: str | Path) -> dict | None:
     path = Path(out_dir).parent / MANIFEST
     if not path.is_file():
