@@ -282,9 +282,6 @@ class BfclEpisodeRunner(EpisodeRunner):
 
 __all__ = [
     "END_TURN",
-    "bfcl_first_prefix",
-    "bfcl_prefix_after_skill",
-    "bfcl_prefix_after_step",
     "MALFORMED_FEEDBACK",
     "BfclEpisodeHost",
     "BfclEpisodeRunner",
@@ -292,6 +289,9 @@ __all__ = [
     "after_malformed",
     "after_skill",
     "after_step",
+    "bfcl_first_prefix",
+    "bfcl_prefix_after_skill",
+    "bfcl_prefix_after_step",
     "opening_messages",
     "render_calls",
     "render_end_turn",
