@@ -349,7 +349,9 @@ def test_bfcl_demonstrations_are_the_transcripts_the_runner_writes_for_their_tur
     calls = 0
     for demo in report.demos:
         texts = [m["content"] for m in demo.messages if m["role"] == "assistant"]
-        runner = BfclEpisodeRunner(Scripted(tokenizer, texts), lambda: env, library, DEMO_FORMAT, config, retriever=ret)
+        runner = BfclEpisodeRunner(
+            Scripted(tokenizer, texts), lambda: env, library, DEMO_FORMAT, config, retriever=ret
+        )
         row = runner.run([EpisodeSpec("e", demo.task_id, seed=0)])[0]
         played = json.loads(row["messages"])
         # the demo ends at its last assistant turn; the row also keeps the host's closing reply

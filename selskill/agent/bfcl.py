@@ -226,7 +226,9 @@ def bfcl_prefix_after_step(prefix: EpisodePrefix, state: EnvState) -> EpisodePre
     return prefix.extend(*bfcl_steps(state.info), observation=state.observation, goal=state.task)
 
 
-def bfcl_prefix_after_skill(prefix: EpisodePrefix, library, name: str, call, state: EnvState) -> EpisodePrefix:
+def bfcl_prefix_after_skill(
+    prefix: EpisodePrefix, library, name: str, call, state: EnvState
+) -> EpisodePrefix:
     return prefix_after_skill(prefix, library, name, call).extend(goal=state.task)
 
 

@@ -56,6 +56,16 @@ class DecisionListings:
     def text(self, names: Sequence[str]) -> str:
         return listing_text(self.library, names, self.style)
 
+    def after_turn(
+        self, prefix: EpisodePrefix, message: dict, listed: tuple[str, ...]
+    ) -> tuple[tuple[str, ...], dict]:
+        """The next decision's listing and the reply to the turn that shows it: `progress` lists
+        anew from `prefix` (the episode after the turn); the other modes keep `listed`."""
+        if self.mode != "progress":
+            return listed, message
+        listed = self.listed(prefix)
+        return listed, self.step_message(message, listed)
+
     def step_message(self, message: dict, listed: Sequence[str]) -> dict:
         """`message` with the step's listing at its end (`progress` only; otherwise `message`)."""
         if self.mode != "progress":

@@ -324,9 +324,8 @@ class EpisodeHost:
         ep.termination = self._termination(ep)
         if self.retriever is not None:
             ep.prefix = self._extend_prefix(ep.prefix, record, ep.env.state, call)
-            if self.listings.mode == "progress" and not ep.termination:
-                ep.listed = self._listed(ep.prefix)
-                reply = self.listings.step_message(reply, ep.listed)
+            if not ep.termination:
+                ep.listed, reply = self.listings.after_turn(ep.prefix, reply, ep.listed)
         ep.messages.append(reply)
         if ep.termination:
             return

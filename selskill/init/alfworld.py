@@ -31,7 +31,6 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from selskill.agent.listings import DecisionListings
 from selskill.agent.turn_format import TurnFormat
 from selskill.config.checks import changed_settings
 from selskill.config.init import InitConfig
@@ -48,10 +47,10 @@ from selskill.init.demos import (
 from selskill.init.sft import (
     COMPLETED,
     MANIFEST,
+    build_listings,
     demo_token_lengths,
     is_complete,
     read_manifest,
-    record_listing,
     reuse_or_start,
     save_init_policy,
     settings_record,
@@ -244,9 +243,7 @@ def build_init_policy(
         fmt=fmt,
         listing_style=listing_style,
     )
-    own = load_alfworld_skills()
-    listings = DecisionListings(library or own, retriever, listing_style)
-    record_listing(settings, listings, len(own))
+    listings = build_listings(settings, load_alfworld_skills(), library, retriever, listing_style)
     if not settings["demo_mix"].get("false_take"):
         # keys added later join the settings only when used: earlier builds stay reusable
         settings["demo_mix"].pop("false_take", None)

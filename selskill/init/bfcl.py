@@ -19,7 +19,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from selskill.agent.bfcl import BfclTurnFormat
-from selskill.agent.listings import DecisionListings
 from selskill.config.init import InitConfig
 from selskill.init.alfworld import init_arch
 from selskill.init.bfcl_demos import (
@@ -30,8 +29,8 @@ from selskill.init.bfcl_demos import (
     build_bfcl_demos,
 )
 from selskill.init.sft import (
+    build_listings,
     demo_token_lengths,
-    record_listing,
     reuse_or_start,
     save_init_policy,
     settings_record,
@@ -103,9 +102,7 @@ def build_bfcl_init_policy(
         fmt=fmt,
         listing_style=listing_style,
     )
-    own = load_bfcl_skills()
-    listings = DecisionListings(library or own, retriever, listing_style)
-    record_listing(settings, listings, len(own))
+    listings = build_listings(settings, load_bfcl_skills(), library, retriever, listing_style)
     if reuse_or_start(out_dir, stage_dir, settings, redo):
         return out_dir
     timings: dict[str, float] = {}

@@ -170,16 +170,16 @@ class _Episode:
         self.state = env.reset(task_id)
         self.prefix = bfcl_first_prefix(self.state)
         self.listed = listings.listed(self.prefix)
-        self.messages = opening_messages(fmt, listings.system_listing(self.listed, listing), env.functions, self.state)
+        self.messages = opening_messages(
+            fmt, listings.system_listing(self.listed, listing), env.functions, self.state
+        )
         self.messages[-1] = listings.step_message(self.messages[-1], self.listed)
         self.calls: list[dict] = []
         self.env_steps = 0
 
     def _reply(self, message: dict) -> None:
         if not self.state.done:  # the runner's transcript ends at the last assistant turn
-            if self.listings.mode == "progress":
-                self.listed = self.listings.listed(self.prefix)
-                message = self.listings.step_message(message, self.listed)
+            self.listed, message = self.listings.after_turn(self.prefix, message, self.listed)
             self.messages.append(message)
 
     def act(self, command: str) -> None:
@@ -302,10 +302,24 @@ def build_bfcl_demos(
     for task_id in task_ids if task_ids is not None else env.task_ids():
         report.attempted += 1
         task = env.task(task_id)
-        demo, reason = play_task(env, task, task_id, library, executor, fmt, listing, mix, seed, True, listings)
+        demo, reason = play_task(
+            env, task, task_id, library, executor, fmt, listing, mix, seed, listings=listings
+        )
         if demo is None:
             report.dropped[f"substituted_{reason}"] += 1
-            demo, reason = play_task(env, task, task_id, library, executor, fmt, listing, mix, seed, False, listings)
+            demo, reason = play_task(
+                env,
+                task,
+                task_id,
+                library,
+                executor,
+                fmt,
+                listing,
+                mix,
+                seed,
+                substitute=False,
+                listings=listings,
+            )
         if demo is None:
             report.dropped[reason] += 1
         else:

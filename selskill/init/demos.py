@@ -201,9 +201,8 @@ class DemoEpisode:
 
     def _reply(self, message: dict) -> None:
         """Append the answer to a turn, with the next decision's listing where it has one."""
-        if self.listings.mode == "progress" and not self.over:
-            self.listed = self.listings.listed(self.prefix)
-            message = self.listings.step_message(message, self.listed)
+        if not self.over:
+            self.listed, message = self.listings.after_turn(self.prefix, message, self.listed)
         self.messages.append(message)
 
     def act(self, command: str, text: str | None = None) -> None:
@@ -288,7 +287,16 @@ class MixState:
 
 
 def _play(
-    env, executor, fmt, listing, record: GameRecord, spec: TaskSpec, rng, mix: DemoMix, max_env_steps, listings=None
+    env,
+    executor,
+    fmt,
+    listing,
+    record: GameRecord,
+    spec: TaskSpec,
+    rng,
+    mix: DemoMix,
+    max_env_steps,
+    listings=None,
 ):
     """Returns (Demo, None) or (None, drop reason)."""
     ep = DemoEpisode(env, executor, fmt, listing, record, spec, rng, mix, max_env_steps, listings)
@@ -327,7 +335,11 @@ def play_on(ep: DemoEpisode, done: MixState, untrained: list[int]):
         if phase == "place" and ex.holding not in done.placing_for:
             done.placing_for.add(ex.holding)
             place_mem, wrong = ep.chance(mix.place_memory), ep.chance(mix.wrong_executable)
-            if spec.task_type in PLACE_ONLY and wrong and ep.call(ep.rng.choice(WRONG_EXECUTABLE), "wrong_exec"):
+            if (
+                spec.task_type in PLACE_ONLY
+                and wrong
+                and ep.call(ep.rng.choice(WRONG_EXECUTABLE), "wrong_exec")
+            ):
                 continue
             if place_mem and ep.call("place_held_object", "place_memory"):
                 continue

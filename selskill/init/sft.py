@@ -22,8 +22,10 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from selskill.agent.listings import DecisionListings
 from selskill.config.checks import changed_settings
 from selskill.init.demos import Demo
+from selskill.skills import SkillLibrary
 
 COMPLETED = "COMPLETED"
 MANIFEST = "init_manifest.json"
@@ -175,15 +177,20 @@ def settings_record(**kwargs) -> dict:
     return json.loads(json.dumps(out, sort_keys=True))
 
 
-def record_listing(settings: dict, listings, own_size: int) -> None:
-    """Add the build's listing (`DecisionListings`) to `settings` where it is not the benchmark's
-    `own_size` skills, all listed: builds without retrieval keep their settings and stay reusable."""
-    if listings.mode == "all" and len(listings.library) == own_size:
-        return
-    ret = listings.retriever
-    settings["retrieval"] = settings_record(
-        r={"library_size": len(listings.library), "mode": listings.mode, **(ret.config.to_dict() if ret else {})}
-    )["r"]
+def build_listings(settings: dict, own: SkillLibrary, library, retriever, style: str) -> DecisionListings:
+    """The build's listing rules (`library`, default `own`, and `retriever`), recorded in `settings`
+    where they are not `own` all listed: builds without retrieval keep their settings and stay reusable."""
+    listings = DecisionListings(library or own, retriever, style)
+    if listings.mode != "all" or len(listings.library) != len(own):
+        ret = listings.retriever
+        settings["retrieval"] = settings_record(
+            r={
+                "library_size": len(listings.library),
+                "mode": listings.mode,
+                **(ret.config.to_dict() if ret else {}),
+            }
+        )["r"]
+    return listings
 
 
 def read_manifest(out_dir: str | Path) -> dict | None:
