@@ -1,0 +1,98 @@
+"""Where a round's signal goes: does each model prefer the side its pairs chose?
+
+    python pipelines/probe_pairs.py --config recipes/mini.yaml --exp mini --round 1 \
+        --models init=runs/mini/round_0/train/model r1=runs/mini/round_1/train/model
+
+Reads round r's pair shards, fits and windows them as training does (the recipe's train
+section), and measures for every model, teacher-forced on the recorded sequences: at the first
+token where chosen and rejected differ (the branch decision of a local pair), the log-prob margin
+and whether the model's greedy choice is the chosen side; over each side's loss window, the summed
+log-prob difference; against the first model, the DPO reward margin. Per pair kind, printed and
+written to runs/<exp>/round_<r>/probe_pairs.json (or --out). selskill.train.probe has the logic.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+
+def _split(argv: list[str]) -> tuple[list[tuple[str, str]], str | None, list[str]]:
+    models, out, rest, i = [], None, [], 0
+    while i < len(argv):
+        if argv[i] == "--models":
+            i += 1
+            while i < len(argv) and not argv[i].startswith("--"):
+                name, _, path = argv[i].partition("=")
+                if not path:
+                    raise SystemExit(f"error: --models takes NAME=PATH entries, got {argv[i]!r}")
+                models.append((name, path))
+                i += 1
+        elif argv[i] == "--out":
+            out, i = argv[i + 1], i + 2
+        else:
+            rest.append(argv[i])
+            i += 1
+    return models, out, rest
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "-h" in argv or "--help" in argv:
+        print(__doc__)
+        return 0
+    models, out, rest = _split(argv)
+    if not models:
+        print("error: give --models NAME=PATH [NAME=PATH ...] (the first is the reference)", file=sys.stderr)
+        return 2
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from selskill.config import load_recipe
+    from selskill.data.layout import StageDir, round_dir
+    from selskill.stages.common import read_stage
+    from selskill.train.pairs import build_from_config
+    from selskill.train.probe import pair_preferences, summarize_preferences
+
+    recipe = load_recipe(rest)
+    run = recipe.run
+    table = read_stage(StageDir.of(run.runs_dir, run.exp, run.round, "label"), "pair", run.world_size)
+    tok = AutoTokenizer.from_pretrained(models[0][1])
+    examples, stats = build_from_config(table, recipe.train, tok)
+    print(f"{len(examples)} trainable pairs of {table.num_rows}", file=sys.stderr)
+    torch.manual_seed(run.seed)
+    rows: dict[str, list[dict]] = {}
+    for name, path in models:
+        model = AutoModelForCausalLM.from_pretrained(path, torch_dtype=torch.float32).eval()
+        rows[name] = pair_preferences(model, examples)
+        del model
+    ref = rows[models[0][0]]
+    summary = {
+        name: summarize_preferences(r, None if name == models[0][0] else ref, beta=recipe.train.beta)
+        for name, r in rows.items()
+    }
+    keys = (
+        "pairs",
+        "decision_prefers_chosen",
+        "decision_greedy_chosen",
+        "decision_greedy_rejected",
+        "decision_margin_mean",
+        "window_prefers_chosen",
+        "window_diff_mean",
+        "reward_margin_mean",
+        "reward_accuracy",
+    )
+    print("model | kind | " + " | ".join(keys))
+    for name, by_kind in summary.items():
+        for kind, s in by_kind.items():
+            vals = [f"{s[k]:.3f}" if isinstance(s.get(k), float) else str(s.get(k, "-")) for k in keys]
+            print(f"{name} | {kind} | " + " | ".join(vals))
+    path = Path(out) if out else round_dir(run.runs_dir, run.exp, run.round) / "probe_pairs.json"
+    path.write_text(json.dumps({"models": dict(models), "summary": summary, "pairs": rows}, indent=1))
+    print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
