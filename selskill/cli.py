@@ -122,6 +122,13 @@ def _cmd_bench_retrieval(args: argparse.Namespace) -> int:
     return bench_retrieval_main(args)
 
 
+def _cmd_bench_label_agreement(args: argparse.Namespace) -> int:
+    from selskill.stages.agreement import run_label_agreement
+
+    run_label_agreement(args.recipe_args, fork_seed=args.fork_seed)
+    return 0
+
+
 def _cmd_import_skills(args: argparse.Namespace) -> int:
     from selskill.skills.importer import import_skill_folder
 
@@ -313,7 +320,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "bench",
-        help="benchmarks (bench rollout: speed; bench retrieval: skill retrieval R@k)",
+        help="benchmarks (bench rollout: speed; bench retrieval: skill retrieval R@k; bench label-agreement: "
+        "whether a branch point forked twice gets the same label)",
         description="Benchmarks that print their figures (record them in docs/benchmarks.md).",
     )
     bsub = p.add_subparsers(dest="bench", metavar="BENCH", required=True)
@@ -378,6 +386,27 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--seed", type=int, default=0, help="distractor and demonstration seed")
     b.add_argument("--out", help="also write retrieval.json and retrieval.md to this directory")
     b.set_defaults(func=_cmd_bench_retrieval)
+    b = bsub.add_parser(
+        "label-agreement",
+        allow_abbrev=False,  # every other option is a recipe key, passed through whole
+        help="fork a round's branch points again with another seed and measure whether their labels agree",
+        description="Forks round r's branch points a second time with another fork seed, in the experiment "
+        "runs/<exp>-refork-seed<S>/ (its sample and branch stages and the policy it starts from are links "
+        "to runs/<exp>/), labels them with the same recipe, and compares per branch point the arm each "
+        "label chose (invoke, skip, or none where the label dropped the point): the share with the same "
+        "outcome, Cohen's kappa and the confusion table, printed and written to "
+        "runs/<exp>-refork-seed<S>/round_<r>/label_agreement.json. The round's own fork and label stages must "
+        "have been computed with the same recipe (checked through their recorded inputs; a complete rank is "
+        "never recomputed). Recipe keys (--config, --exp, --round, ...) pass through. "
+        "Example: selskill bench label-agreement --config recipes/tiny.yaml --exp tiny --round 1 --fork-seed 1",
+    )
+    b.add_argument(
+        "--fork-seed",
+        type=int,
+        help="seed of the second fork (default: the recipe's seed + 1); the recipe's own --seed is the first's",
+    )
+    b.set_defaults(takes_recipe=True)  # --config RECIPE and --key value overrides pass through to TrlParser
+    b.set_defaults(func=_cmd_bench_label_agreement)
 
     p = sub.add_parser(
         "import-skills",

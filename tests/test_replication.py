@@ -32,6 +32,17 @@ def test_variants_link_round_0_and_the_shared_stages(runs):
         rep.link_shared(str(runs), "nothing", "nothing-n1", ("sample",))
 
 
+def test_a_later_round_links_the_round_it_starts_from(runs):
+    rep.link_shared(str(runs), "main", "main-r2", ("eval",), round_=2)
+    var = runs / "main-r2"
+    # round 2's policy is round 1's train/model
+    assert (var / "round_1").is_symlink() and (var / "round_1" / "label").is_dir()
+    assert (var / "round_2" / "eval").resolve() == (runs / "main" / "round_2" / "eval").resolve()
+    assert not (var / "round_0").exists()
+    with pytest.raises(FileNotFoundError, match="main line's round 2"):
+        rep.link_shared(str(runs), "main", "main-r2", ("fork",), round_=2)
+
+
 def test_a_complete_linked_stage_keeps_its_config(runs):
     stage = StageDir.of(runs, "main", 1, "sample")
     stage.config.write_text(yaml.safe_dump({"exp": "main"}))

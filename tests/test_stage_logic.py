@@ -146,6 +146,57 @@ def test_malformed_chosen_side_is_never_kept_and_errors_are_ignored():
     assert local_pair(BRANCH, forks, d) is None and d["local_missing_arm"] == 1
 
 
+def test_success_rate_rule_outvotes_one_lucky_sample_that_best_follows():
+    # invoke wins 1 of 2 in 6 steps, skip 2 of 2 in 8 and 9: the best samples say invoke (fewer
+    # steps), the arms' success rates say skip; the pair holds each arm's best sample either way
+    forks = [
+        _fork("i0", "invoke", True, 6),
+        _fork("i1", "invoke", False, 3),
+        _fork("s0", "skip", True, 9),
+        _fork("s1", "skip", True, 8),
+    ]
+    d = Counter()
+    best = local_pair(BRANCH, forks, d)
+    assert (best["chosen_arm"], best["label_reason"]) == ("invoke", "efficiency")
+    assert (best["chosen_source"], best["rejected_source"]) == ("i0", "s1")
+    rate = local_pair(BRANCH, forks, d, rule="success_rate")
+    assert (rate["chosen_arm"], rate["label_reason"]) == ("skip", "success_rate")
+    assert (rate["chosen_source"], rate["rejected_source"]) == ("s1", "i0")
+    assert (rate["chosen_success"], rate["rejected_success"]) == (True, True)
+    assert (rate["chosen_steps"], rate["rejected_steps"]) == (8, 6)
+    assert set(rate) == set(best) and not d  # the same pair schema, nothing dropped
+
+
+def test_success_rate_rule_ties_fall_back_to_efficiency_and_zero_rates_drop():
+    d = Counter()
+    # 1 of 2 each: the arms' best successes decide by steps, as under `best`
+    forks = [
+        _fork("i0", "invoke", True, 7),
+        _fork("i1", "invoke", False, 2),
+        _fork("s0", "skip", True, 4),
+        _fork("s1", "skip", False, 2),
+    ]
+    p = local_pair(BRANCH, forks, d, rule="success_rate")
+    assert (p["chosen_arm"], p["label_reason"], p["chosen_source"]) == ("skip", "efficiency", "s0")
+    # a success rate against none: success vs failure, whatever the rule
+    forks = [_fork("i0", "invoke", False, 2), _fork("i1", "invoke", False, 3), _fork("s0", "skip", True, 9)]
+    p = local_pair(BRANCH, forks, d, rule="success_rate")
+    assert (p["chosen_arm"], p["label_reason"]) == ("skip", "success_vs_failure")
+    forks = [_fork("i0", "invoke", False, 2), _fork("s0", "skip", False, 2), _fork("s1", "skip", False, 4)]
+    assert local_pair(BRANCH, forks, d, rule="success_rate") is None
+    # an engine error is no sample: 1 of 1 usable beats 1 of 2
+    forks = [
+        _fork("i0", "invoke", True, 9),
+        _fork("i1", "invoke", True, 2, err=True),
+        _fork("s0", "skip", True, 4),
+        _fork("s1", "skip", False, 2),
+    ]
+    assert local_pair(BRANCH, forks, d, rule="success_rate")["chosen_arm"] == "invoke"
+    assert d == {"local_both_failed": 1}
+    with pytest.raises(ValueError, match="label_arm_rule 'rate' is not one of: best, success_rate"):
+        local_pair(BRANCH, forks, d, rule="rate")
+
+
 def test_label_records_roles_and_turns_and_train_builds_the_window_from_them():
     f = _fork("i0", "invoke", True, 3)
     c = completion(f["token_ids"], f["role"], f["turn"], 3, 1)

@@ -11,6 +11,7 @@ from selskill.config.names import BFCL_SPLITS, EVAL_MODES, KNOWN_SPLITS
 BRANCH_STRATEGIES: tuple[str, ...] = ("entropy", "random", "all_skill")
 BRANCH_SCORES: tuple[str, ...] = ("mean_first_m", "decision")
 LABEL_KINDS: tuple[str, ...] = ("both", "episode", "local")
+LABEL_ARM_RULES: tuple[str, ...] = ("best", "success_rate")
 
 
 @dataclass
@@ -92,9 +93,20 @@ class LabelConfig:
             "pairs are trained, and in what mix, is the train section's (train_pair_kinds, train_local_fraction)"
         },
     )
+    label_arm_rule: str = field(
+        default="best",
+        metadata={
+            "help": "which arm of a branch point wins a local pair: best (the reference's) = the better of each "
+            "arm's best continuation (success, then fewer steps after the branch) | success_rate = the arm with "
+            "the higher share of successful continuations; equal shares above 0 fall back to the efficiency of "
+            "the arms' best successes, both 0 drop the point. Either way the pair is the winning arm's best "
+            "continuation vs the losing arm's"
+        },
+    )
 
     def __post_init__(self):
         check_choice(self, "label_kinds", LABEL_KINDS)
+        check_choice(self, "label_arm_rule", LABEL_ARM_RULES)
         check_at_least(
             self, 1, "label_episode_max_rejected", why="failures paired with a task's best success"
         )

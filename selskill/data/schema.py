@@ -135,7 +135,7 @@ PAIR_SCHEMA = pa.schema(
         ("chosen_turn", pa.list_(pa.int16())),
         ("rejected_turn", pa.list_(pa.int16())),
         # no loss mask: the trainer alone builds the window from role + turn (selskill.train.pairs)
-        ("label_reason", pa.string()),  # success_vs_failure | efficiency
+        ("label_reason", pa.string()),  # success_vs_failure | success_rate | efficiency
         ("chosen_success", pa.bool_()),
         ("rejected_success", pa.bool_()),
         # agent steps (assistant turns): after the branch for local pairs, the whole episode for episode pairs

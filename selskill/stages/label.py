@@ -1,8 +1,17 @@
 """Label stage: preference pairs by outcome, then efficiency.
 
 Local pairs compare the best invoke continuation with the best skip continuation of one
-branch point: success beats failure; if both succeed, fewer steps after the branch wins
-(ties dropped); if both fail, the point is dropped. Episode pairs compare, per task, the
+branch point (an arm's best: success, then no malformed turn, then fewest steps after the
+branch). Which arm wins is `label_arm_rule`'s. Under `best` (the reference's rule) the
+arms' best continuations decide: success beats failure; if both succeed, fewer steps
+after the branch wins (ties dropped); if both fail, the point is dropped. With two or more
+continuations per arm, `best` lets one lucky sample outvote its arm's failures, so under
+`success_rate` the arm whose usable continuations succeed more often wins (reason
+`success_rate` where both arms' best continuations succeeded, `success_vs_failure` where
+the losing arm never did); equal rates above 0 fall back to the efficiency of the arms'
+best successes, as under `best`, and rates of 0 drop the point. Under both rules the pair holds
+the winning arm's best continuation and the losing arm's, so the rule changes which pairs
+exist and which way they point, never their schema. Episode pairs compare, per task, the
 shortest successful sample with up to `label_episode_max_rejected` of the longest failures.
 
 What a step is depends on the benchmark (`selskill.metrics.step_measure`, the one owner of
@@ -26,9 +35,10 @@ trained, in what mix and how many, is the train section's (`selskill.train.pairs
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from fractions import Fraction
 
 from selskill.config.run import RunConfig
-from selskill.config.stages import LabelConfig
+from selskill.config.stages import LABEL_ARM_RULES, LabelConfig
 from selskill.data.layout import StageDir
 from selskill.data.records import Pair
 from selskill.metrics import StepMeasure, step_measure
@@ -163,10 +173,23 @@ def _best(forks: list[dict], col: str = "steps_after_branch") -> dict | None:
     )
 
 
+def _success_rate(forks: list[dict]) -> Fraction:
+    """Share of an arm's usable continuations that succeeded (an engine error is no sample)."""
+    usable = [f for f in forks if f["termination"] != "error"]
+    return Fraction(sum(1 for f in usable if f["success"]), len(usable))
+
+
 def local_pair(
-    branch: dict, forks: list[dict], discards: Counter, steps: StepMeasure | None = None
+    branch: dict,
+    forks: list[dict],
+    discards: Counter,
+    steps: StepMeasure | None = None,
+    rule: str = "best",
 ) -> dict | None:
-    """The best invoke vs the best skip continuation of `branch`, or None (the reason counted in `discards`)."""
+    """The winning arm's best vs the losing arm's best continuation of `branch`, the winner by `rule`
+    (`label_arm_rule`: best | success_rate), or None (the reason counted in `discards`)."""
+    if rule not in LABEL_ARM_RULES:
+        raise ValueError(f"label_arm_rule {rule!r} is not one of: {', '.join(LABEL_ARM_RULES)}")
     col = (steps or step_measure()).after_branch
     by_arm = defaultdict(list)
     for f in forks:
@@ -175,11 +198,15 @@ def local_pair(
     if inv is None or skp is None:
         discards["local_missing_arm"] += 1
         return None
-    if inv["success"] != skp["success"]:
-        winner, loser, reason = (
-            (inv, skp, "success_vs_failure") if inv["success"] else (skp, inv, "success_vs_failure")
-        )
-    elif not inv["success"]:
+    if rule == "success_rate":
+        rate_inv, rate_skp = _success_rate(by_arm["invoke"]), _success_rate(by_arm["skip"])
+    else:  # best: an arm succeeds when its best continuation does
+        rate_inv, rate_skp = Fraction(int(inv["success"])), Fraction(int(skp["success"]))
+    if rate_inv != rate_skp:
+        winner, loser = (inv, skp) if rate_inv > rate_skp else (skp, inv)
+        # both best continuations won: only the arms' rates tell them apart
+        reason = "success_rate" if loser["success"] else "success_vs_failure"
+    elif rate_inv == 0:
         discards["local_both_failed"] += 1
         return None
     elif inv[col] == skp[col]:
@@ -265,7 +292,7 @@ def run_label(run: RunConfig, cfg: LabelConfig, seed: int) -> bool:
                     if f["task_id"] in mine:
                         forks[f["branch_id"]].append(f)
             for b in sorted(branches, key=lambda b: b["branch_id"]):
-                p = local_pair(b, forks[b["branch_id"]], discards, steps)
+                p = local_pair(b, forks[b["branch_id"]], discards, steps, cfg.label_arm_rule)
                 if p is not None:
                     pairs.append(p)
         pairs.sort(key=lambda p: p["pair_id"])

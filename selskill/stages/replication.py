@@ -52,18 +52,19 @@ def _args(overrides: dict[str, str]) -> list[str]:
     return [x for k, v in overrides.items() for x in (f"--{k}", str(v))]
 
 
-def link_shared(runs_dir: str, main: str, variant: str, stages: tuple[str, ...]) -> None:
-    """runs/<variant>/round_0 -> runs/<main>/round_0, and round_1/<stage> -> the main line's."""
-    src0, dst0 = round_dir(runs_dir, main, 0), round_dir(runs_dir, variant, 0)
+def link_shared(runs_dir: str, main: str, variant: str, stages: tuple[str, ...], round_: int = 1) -> None:
+    """runs/<variant>/round_<r-1> -> runs/<main>/round_<r-1> (the policy round r starts from, and for
+    round 1 the init's eval), and round_<r>/<stage> -> the main line's."""
+    src0, dst0 = round_dir(runs_dir, main, round_ - 1), round_dir(runs_dir, variant, round_ - 1)
     dst0.parent.mkdir(parents=True, exist_ok=True)
-    if not dst0.exists():
+    if not dst0.exists() and not dst0.is_symlink():  # kept dangling where a given model left no round 0
         os.symlink(os.path.relpath(src0, dst0.parent), dst0)
-    dst1 = round_dir(runs_dir, variant, 1)
+    dst1 = round_dir(runs_dir, variant, round_)
     dst1.mkdir(parents=True, exist_ok=True)
     for stage in stages:
-        src, dst = round_dir(runs_dir, main, 1) / stage, dst1 / stage
+        src, dst = round_dir(runs_dir, main, round_) / stage, dst1 / stage
         if not src.is_dir():
-            raise FileNotFoundError(f"{src} is missing: run the main line's round 1 first")
+            raise FileNotFoundError(f"{src} is missing: run the main line's round {round_} first")
         if not dst.exists():
             os.symlink(os.path.relpath(src, dst1), dst)
 
