@@ -95,6 +95,8 @@ def main(argv=None) -> int:
         "fmt": AlfworldTurnFormat(**s["fmt"]),
         "listing_style": s["listing_style"],
         "max_env_steps": s["max_env_steps"],
+        # a manifest without a decision budget cut its demonstrations at twice the command budget
+        "max_decisions": s.get("max_decisions", 2 * s["max_env_steps"]),
     }
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     model = AutoModelForCausalLM.from_pretrained(args.model).eval()

@@ -34,7 +34,7 @@ turn_doc_style: brief
 turn_examples: false
 turn_show_admissible: false
 max_env_steps: 20
-max_turns: 16
+max_decisions: 16
 max_context_tokens: 6144
 max_new_tokens: 24
 concurrent_episodes: 4

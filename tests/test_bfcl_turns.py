@@ -79,7 +79,7 @@ class Scripted:
 
 def _play(env, tokenizer, texts, task=f"train/{TASK}", overlap=False):
     config = RunnerConfig(
-        max_env_steps=60, max_turns=40, max_new_tokens=64, env_overlap=overlap, concurrent_episodes=2
+        max_env_steps=60, max_decisions=40, max_new_tokens=64, env_overlap=overlap, concurrent_episodes=2
     )
     if overlap:  # a picklable factory: the episodes' host runs in a child process
         factory = functools.partial(BfclEnv, ["base"], scenarios=[106], id_prefix="train/")
@@ -345,7 +345,7 @@ def test_bfcl_demonstrations_are_the_transcripts_the_runner_writes_for_their_tur
     ret = None if mode is None else SkillRetriever(library, RetrievalConfig(mode=mode))
     report = build_bfcl_demos(env, library=library, retriever=ret, seed=0)
     assert len(report.demos) >= 4, report.dropped
-    config = RunnerConfig(max_env_steps=60, max_turns=60, max_new_tokens=400, max_context_tokens=1 << 16)
+    config = RunnerConfig(max_env_steps=60, max_decisions=60, max_new_tokens=400, max_context_tokens=1 << 16)
     calls = 0
     for demo in report.demos:
         texts = [m["content"] for m in demo.messages if m["role"] == "assistant"]

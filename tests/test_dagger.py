@@ -45,11 +45,12 @@ def scripted_row(tiny_model_dir, index):
 BARE = DemoMix.none()  # the expert alone: the continuation is deterministic to assert on
 
 
-def _relabel(index, task, turns, seed=0, points=2, mix=BARE):
+def _relabel(index, task, turns, seed=0, points=2, mix=BARE, max_decisions=50):
     lib = load_alfworld_skills()
     return relabel_rollout(
         AlfworldEnv(index), SkillExecutor(lib), FMT, render_listing(lib, style="compact"),
         index.by_id()[task], turns, rng=random.Random(seed), mix=mix, max_env_steps=30, points=points,
+        max_decisions=max_decisions,
     )  # fmt: skip
 
 
@@ -77,6 +78,19 @@ def test_relabelled_demos_continue_the_policy_episode_with_the_expert(index, scr
     # deterministic per rng seed
     again, _ = _relabel(index, task, row["turns"])
     assert [d.messages for d in again] == [d.messages for d in demos]
+
+
+def test_the_expert_continuation_has_a_decision_budget_of_its_own(index, scripted_row):
+    """From the relabelled point the expert gets `max_decisions` decisions, as the runner would
+    give an episode: a continuation that needs one more is dropped."""
+    task, row = scripted_row
+    (demo,), _ = _relabel(index, task, row["turns"], points=1)
+    point = min(set(range(demo.n_turns)) - set(demo.untrained_turns))
+    needed = demo.n_turns - point
+    kept, _ = _relabel(index, task, row["turns"], points=1, max_decisions=needed)
+    assert [d.messages for d in kept] == [demo.messages]
+    cut, dropped = _relabel(index, task, row["turns"], points=1, max_decisions=needed - 1)
+    assert cut == [] and dropped == {"step_limit": 1}
 
 
 def test_a_rollout_that_agrees_with_the_expert_adds_nothing(index):

@@ -143,6 +143,20 @@ def test_bare_expert_calls_no_skill_and_still_wins(small_games):
     )
 
 
+def test_a_demonstration_longer_than_the_decision_budget_is_dropped(small_games):
+    """A demonstration is kept only if won within the rounds' step budget counted as the runner
+    counts it, in decisions: skill calls that run no command spend it too."""
+    free = build_demos(small_games, seed=0, max_decisions=1000, max_env_steps=1000).demos
+    # the longest demonstration whose calls cost decisions but no commands: one decision over
+    longest = max((d for d in free if d.env_steps < d.n_turns), key=lambda d: d.n_turns)
+    budget = longest.n_turns - 1
+    capped = build_demos(small_games, seed=0, max_decisions=budget, max_env_steps=budget)
+    assert longest.env_steps <= budget and longest.task_id not in {d.task_id for d in capped.demos}
+    within = [d for d in free if d.n_turns <= budget and d.env_steps <= budget]
+    assert [d.messages for d in capped.demos] == [d.messages for d in within]
+    assert all(d.n_turns <= budget for d in capped.demos) and capped.dropped["step_limit"] >= 1
+
+
 def test_injected_mistakes_are_recovered_from(small_games):
     report = build_demos(small_games, seed=2, mix=dataclasses.replace(DemoMix.none(), mistake=0.4))
     assert len(report.demos) == 6, report.dropped

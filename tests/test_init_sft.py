@@ -9,6 +9,7 @@ from selskill.agent.alfworld import AlfworldTurnFormat
 from selskill.agent.parser import parse_turn
 from selskill.agent.transcript import after_action, after_skill, opening_messages
 from selskill.config.init import InitConfig
+from selskill.config.rollout import MAX_DECISIONS
 from selskill.envs.alfworld import AlfworldEnv, find_games
 from selskill.init import alfworld as init_build
 from selskill.init.alfworld import build_init_policy, build_kwargs, demo_mix, init_arch
@@ -94,7 +95,7 @@ def test_sft_lowers_the_loss(tmp_path, demos, tokenizer):
     assert stats["tokens_per_second"] > 0
 
 
-def _greedy_episode(model, tokenizer, games, task_id, max_turns=12):
+def _greedy_episode(model, tokenizer, games, task_id, max_decisions=12):
     """Test-only greedy play: the transcript the runner would build, one decision at a time."""
     import torch
 
@@ -104,7 +105,7 @@ def _greedy_episode(model, tokenizer, games, task_id, max_turns=12):
     state = env.reset(task_id)
     messages = opening_messages(DEMO_FORMAT, render_listing(library, DEMO_LISTING_STYLE), state)
     end = tokenizer.convert_tokens_to_ids(IM_END)
-    for _ in range(max_turns):
+    for _ in range(max_decisions):
         ids = tokenizer.apply_chat_template(
             messages, add_generation_prompt=True, return_tensors="pt", return_dict=True
         )
@@ -185,6 +186,10 @@ def test_build_reload_and_reuse(tmp_path, monkeypatch):
     assert build_init_policy(out, **kwargs) == out
     with pytest.raises(FileExistsError):
         build_init_policy(out, **{**kwargs, "lr": 1e-3})
+    # the step budget decides which demonstrations are kept: an init built under another is not reused
+    assert manifest["settings"]["max_decisions"] == MAX_DECISIONS
+    with pytest.raises(FileExistsError, match=f"max_decisions: {MAX_DECISIONS} -> 15"):
+        build_init_policy(out, **{**kwargs, "max_decisions": 15})
     # the prompt format is a setting too: a policy is sampled with the format it was trained on
     all_commands = AlfworldTurnFormat(style="compact", admissible_style="all")
     with pytest.raises(FileExistsError):

@@ -133,6 +133,22 @@ def test_a_removed_key_names_the_key_that_replaces_it(tmp_path):
             parse(argv)  # the train stage parses only its sections: still refused
 
 
+def test_max_turns_names_max_decisions_the_budget_that_replaces_it(tmp_path):
+    """The step budget counts decisions under its own key: an old recipe or command line that
+    still bounds turns must say which key to write instead, not just "unknown argument"."""
+    from selskill.config import load_recipe
+
+    old = tmp_path / "old.yaml"
+    old.write_text(Path("recipes/tiny.yaml").read_text() + "max_turns: 80\n")
+    one_line = "^recipe key max_turns was removed: rename it max_decisions, [^\n]*$"
+    for argv in (["--config", str(old)], ["--config", "recipes/tiny.yaml", "--max_turns", "15"]):
+        with pytest.raises(ValueError, match=one_line):
+            load_recipe(argv)
+    recipe = load_recipe(["--config", "recipes/tiny.yaml", "--max_decisions", "9"])
+    assert (recipe.rollout.max_decisions, recipe.rollout.max_env_steps) == (9, 50)
+    assert recipe.init.init_max_decisions == 15
+
+
 def test_training_parses_only_its_sections():
     """The train stage builds run, policy and train: other sections' keys pass unchecked, and
     parsing loads no stage, environment or init code (it once loaded 43 selskill modules)."""

@@ -86,7 +86,7 @@ def task(index):
 
 def _config(**kw) -> RunnerConfig:
     return RunnerConfig(
-        **{"max_env_steps": 20, "max_turns": 10, "max_new_tokens": 48, "env_overlap": False, **kw}
+        **{"max_env_steps": 20, "max_decisions": 10, "max_new_tokens": 48, "env_overlap": False, **kw}
     )
 
 
@@ -461,7 +461,7 @@ def test_bfcl_progress_episodes_replay_their_listings():
     tok = train_tokenizer(texts * 2, vocab_size=800)
     gt = [render_calls([c]) if c else render_action("[]") for c in ground_truth_commands(task)][:6]
     script = [gt[0], lambda prompt: render_skill_call(step_listing(prompt)[0]), *gt[1:]]
-    config = RunnerConfig(max_env_steps=40, max_turns=10, max_new_tokens=64, env_overlap=False)
+    config = RunnerConfig(max_env_steps=40, max_decisions=10, max_new_tokens=64, env_overlap=False)
     ret = SkillRetriever(library, RetrievalConfig(mode="progress"))
     runner = BfclEpisodeRunner(
         Script(tok, script, render_action("[]")), lambda: env, library, fmt, config, retriever=ret
@@ -487,7 +487,7 @@ def test_demonstrations_are_the_transcripts_the_runner_writes_for_their_turns(to
     ret = None if mode is None else _retriever(mode, library)
     report = build_demos(index.games, fmt=FMT, library=library, retriever=ret, seed=0)
     assert len(report.demos) >= 5, report.dropped
-    config = _config(max_env_steps=60, max_turns=80, max_new_tokens=96, max_context_tokens=1 << 16)
+    config = _config(max_env_steps=60, max_decisions=80, max_new_tokens=96, max_context_tokens=1 << 16)
     calls = 0
     for demo in report.demos:
         texts = [m["content"] for m in demo.messages if m["role"] == "assistant"]

@@ -152,6 +152,27 @@ def test_environment_error_ends_only_that_episode(policy, index):
     assert b["termination"] == "step_limit" and b["env_steps"] == 3
 
 
+@pytest.mark.parametrize("first", ["common_mistakes", "heat_object"])
+def test_every_decision_is_a_step_of_the_budget(policy, index, first):
+    """The paper's step semantics: skill calls that run no command (memory skills, a premature
+    executable call) still spend the budget, so a policy that only calls skills is stopped."""
+    task = next(t for t in AlfworldEnv(index).task_ids() if "pick_heat" in t)
+    texts = [render_skill_call(first), render_skill_call("pick_and_place")]
+    runner = _runner(ScriptedPolicy(policy, texts), index, max_decisions=5, max_env_steps=100)
+    row = runner.run([EpisodeSpec("m", task, seed=0)])[0]
+    assert row["termination"] == "step_limit" and row["n_turns"] == 5 and row["env_steps"] == 0
+    assert [t["kind"] for t in row["turns"]] == ["skill"] * 5
+    assert row["turns"][0]["exec_precise"] is (first == "common_mistakes")
+
+
+def test_the_command_cap_ends_an_episode_when_it_binds_first(policy, index):
+    task = AlfworldEnv(index).task_ids()[0]
+    look = ScriptedPolicy(policy, [render_action("look")])
+    runner = _runner(look, index, max_decisions=10, max_env_steps=3)
+    row = runner.run([EpisodeSpec("c", task, seed=0)])[0]
+    assert row["termination"] == "step_limit" and row["env_steps"] == 3 and row["n_turns"] == 3
+
+
 def test_forced_fork_reproduces_the_prefix_exactly(policy, index):
     task = next(t for t in AlfworldEnv(index).task_ids() if "pick_heat" in t)
     source = _runner(policy, index, max_env_steps=5).run([EpisodeSpec("src", task, seed=3)])[0]

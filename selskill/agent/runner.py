@@ -45,6 +45,7 @@ from selskill.agent.transcript import (
     opening_messages,
 )
 from selskill.agent.turn_format import TOOL_CALL_OPEN, TurnFormat
+from selskill.config.rollout import ENV_STEP_CAP, MAX_DECISIONS
 from selskill.data.records import Turn
 from selskill.data.schema import ROLE_ASSISTANT, ROLE_OBSERVATION, ROLE_PROMPT, ROLE_SKILL_RETURN
 from selskill.envs.base import Env, EnvError, EnvState
@@ -56,8 +57,10 @@ from selskill.skills.retrieval import EpisodePrefix, SkillRetriever
 
 @dataclass(frozen=True)
 class RunnerConfig:
-    max_env_steps: int = 50  # ALFWorld's usual budget; executable skills count the actions they run
-    max_turns: int = 80  # memory-skill turns take no env step: this bounds them
+    # the step budget: every decision (action, skill call, malformed turn) is one step
+    max_decisions: int = MAX_DECISIONS
+    # a safety cap on environment commands, not the budget (an executable skill runs several)
+    max_env_steps: int = ENV_STEP_CAP
     max_context_tokens: int = 8192
     max_new_tokens: int = 96
     temperature: float = 1.0
@@ -413,7 +416,7 @@ class EpisodeHost:
         if ep.env.state.won:
             ep.won = True
             return "won"
-        if ep.env_steps >= self.config.max_env_steps or len(ep.turns) >= self.config.max_turns:
+        if len(ep.turns) >= self.config.max_decisions or ep.env_steps >= self.config.max_env_steps:
             return "step_limit"
         return None
 

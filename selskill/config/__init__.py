@@ -225,6 +225,8 @@ REMOVED_KEYS = {
     "label_episode_fraction": "kinds are mixed in one place, the train section: label writes every pair it "
     "finds. Remove it and set train_local_fraction (the share of local pairs, 1 - the old value) instead; "
     "for one kind only, train_pair_kinds: episode or local",
+    "max_turns": "rename it max_decisions, the episode's step budget: every decision (an action, a skill call, "
+    "a malformed turn) is one step; max_env_steps only caps environment commands",
 }
 
 

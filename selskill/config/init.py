@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from selskill.config.checks import bad_value, check_at_least, check_choice
 from selskill.config.names import GAME_SIZES, SEARCH_ORDERS
+from selskill.config.rollout import MAX_DECISIONS
 
 
 @dataclass
@@ -25,8 +26,20 @@ class InitConfig:
     init_game_size: str = field(
         default="small", metadata={"help": "generated scene size: tiny, small or real"}
     )
+    init_max_decisions: int = field(
+        default=MAX_DECISIONS,
+        metadata={
+            "help": "demonstrations not won within this many decisions (assistant turns, as max_decisions "
+            "counts them) are dropped; DAgger's policy episodes play under it, and its expert gets as many "
+            "decisions of its own after a relabelled point"
+        },
+    )
     init_max_env_steps: int = field(
-        default=50, metadata={"help": "demos needing more environment steps are dropped"}
+        default=50,
+        metadata={
+            "help": "the demonstrations' command cap (not their budget): a demonstration whose environment "
+            "commands (an executable skill's count) exceed it is dropped"
+        },
     )
     init_vocab_size: int = field(
         default=2048, metadata={"help": "BPE vocabulary size of the local tokenizer"}
@@ -84,7 +97,10 @@ class InitConfig:
     )
     init_dagger_env_steps: int = field(
         default=30,
-        metadata={"help": "environment steps of a DAgger policy episode (and of the expert after it)"},
+        metadata={
+            "help": "environment commands of a DAgger policy episode at most (and of the expert after it); "
+            "the decision budget is init_max_decisions"
+        },
     )
     init_dagger_temperature: float = field(
         default=0.0, metadata={"help": "sampling temperature of the DAgger policy episodes (0 = greedy)"}
@@ -130,6 +146,7 @@ class InitConfig:
             self,
             1,
             "init_games_per_type",
+            "init_max_decisions",
             "init_max_env_steps",
             "init_vocab_size",
             "init_hidden_size",

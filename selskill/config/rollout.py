@@ -19,6 +19,11 @@ from selskill.config.names import (
     TURN_STYLES,
 )
 
+# the paper's step budget on ALFWorld (its reference code's MAX_STEPS): every decision is a step
+MAX_DECISIONS = 50
+# environment commands an episode may run at most: two per decision of the paper's budget
+ENV_STEP_CAP = 2 * MAX_DECISIONS
+
 
 @dataclass
 class GamesConfig:
@@ -70,8 +75,23 @@ class RolloutConfig:
         default=False, metadata={"help": "repeat the task after every observation (small policies)"}
     )
     listing_style: str = field(default="compact", metadata={"help": "skill listing style: compact | full"})
-    max_env_steps: int = field(default=50, metadata={"help": "environment-step budget of an episode"})
-    max_turns: int = field(default=80, metadata={"help": "turn budget (memory skill calls take no env step)"})
+    max_decisions: int = field(
+        default=MAX_DECISIONS,
+        metadata={
+            "help": "the episode's step budget: every agent decision (an action, a skill call of any kind, a "
+            "malformed turn) is one step; the episode ends with step_limit when it is spent (the paper's step "
+            "semantics)"
+        },
+    )
+    max_env_steps: int = field(
+        default=ENV_STEP_CAP,
+        metadata={
+            "help": "a safety cap on the environment commands of an episode, not its budget (that is "
+            "max_decisions): an executable skill runs several commands in one decision (ALFWorld's heat, cool "
+            "and clean two, examine_with_light a lamp search). The default, two commands per decision of the "
+            "default budget, is not reached in ordinary play; the episode ends with step_limit if it is"
+        },
+    )
     max_context_tokens: int = field(
         default=8192, metadata={"help": "episode ends with context_limit beyond this"}
     )
@@ -159,8 +179,8 @@ class RolloutConfig:
         check_at_least(
             self,
             1,
+            "max_decisions",
             "max_env_steps",
-            "max_turns",
             "max_context_tokens",
             "max_new_tokens",
             "concurrent_episodes",

@@ -34,6 +34,7 @@ from pathlib import Path
 from selskill.agent.turn_format import TurnFormat
 from selskill.config.checks import changed_settings
 from selskill.config.init import InitConfig
+from selskill.config.rollout import MAX_DECISIONS
 from selskill.init.dagger import DAGGER_DEMOS, DaggerSettings, run_dagger
 from selskill.init.demos import (
     DEFAULT_MAX_ENV_STEPS,
@@ -92,6 +93,7 @@ def build_kwargs(config: InitConfig, action_choice: str = "free") -> dict:
     return {
         "n_train_games": config.init_games_per_type,
         "game_size": config.init_game_size,
+        "max_decisions": config.init_max_decisions,
         "max_env_steps": config.init_max_env_steps,
         "demo_mix": demo_mix(config),
         "vocab_size": config.init_vocab_size,
@@ -195,6 +197,7 @@ def build_init_policy(
     max_length: int = 4096,
     warmup_ratio: float = 0.05,
     logging_steps: int = 10,
+    max_decisions: int = MAX_DECISIONS,
     max_env_steps: int = DEFAULT_MAX_ENV_STEPS,
     game_size: str = "small",
     games_seed: int | None = None,
@@ -216,7 +219,9 @@ def build_init_policy(
     from-scratch model does not learn from the few assistant tokens alone), then
     `epochs` with the assistant tokens only (the policy). `library` (default: the 10 ALFWorld
     skills) and `retriever` are the rounds' (`selskill.stages.context.runner_library` and
-    `retriever`): the demonstrations list each decision's skills as the rounds will.
+    `retriever`): the demonstrations list each decision's skills as the rounds will, and are
+    kept only if won within `max_decisions` decisions and `max_env_steps` commands, so that the
+    init is not taught an episode the rounds' step budget would cut short.
     """
     out_dir = Path(out_dir)
     stage_dir = out_dir.parent
@@ -230,6 +235,7 @@ def build_init_policy(
         seed=seed,
         games_seed=games_seed,
         game_size=game_size,
+        max_decisions=max_decisions,
         max_env_steps=max_env_steps,
         demo_mix=demo_mix,
         vocab_size=vocab_size,
@@ -276,6 +282,7 @@ def build_init_policy(
         records,
         mix=demo_mix,
         seed=seed,
+        max_decisions=max_decisions,
         max_env_steps=max_env_steps,
         fmt=fmt,
         listing_style=listing_style,
@@ -345,7 +352,7 @@ def build_init_policy(
 
         model, train_stats["dagger"], relabelled = run_dagger(
             model, tokenizer, kept, dagger_games, work, dagger, fmt=fmt, listing_style=listing_style,
-            mix=demo_mix, sft=common, prior=prior, first_iteration=first,
+            mix=demo_mix, sft=common, prior=prior, first_iteration=first, max_decisions=max_decisions,
         )  # fmt: skip
         timings["dagger_seconds"] = round(time.perf_counter() - t, 1)
         with open(stage_dir / (DAGGER_DEMOS + ".tmp"), "w") as f:

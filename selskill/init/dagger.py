@@ -17,7 +17,8 @@ after it, in the format the runner gives the policy, and the skill-call habits t
 must keep stay in the data. Per rollout, the first disagreement and up to
 `points - 1` random ones among the next few turns become demonstrations; rollouts without a disagreement
 (the policy played as the expert would) add nothing. Continuations the expert cannot
-win are dropped and counted.
+win within a budget of its own from the point (`init_max_decisions` decisions,
+`init_dagger_env_steps` commands) are dropped and counted.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from pathlib import Path
 
 from selskill.agent.transcript import MALFORMED_COMMAND, after_malformed
 from selskill.agent.turn_format import TurnFormat
+from selskill.config.rollout import MAX_DECISIONS
 from selskill.envs.alfworld import AlfworldEnv, GameRecord
 from selskill.envs.base import EnvError
 from selskill.init.demos import (
@@ -123,6 +125,7 @@ def relabel_rollout(
     rng: random.Random,
     mix: DemoMix,
     max_env_steps: int,
+    max_decisions: int = MAX_DECISIONS,
     points: int = 2,
     window: int = 10,
 ) -> tuple[list[Demo], Counter]:
@@ -131,8 +134,9 @@ def relabel_rollout(
     within `window` turns of it (where the policy first goes wrong and what it does next;
     later points would mostly add long roll-ins of the same loop).
 
-    The roll-in turns are `Demo.untrained_turns`; the expert has `max_env_steps` steps of its
-    own from the point on. Returns the demonstrations and the counts of what was dropped.
+    The roll-in turns are `Demo.untrained_turns`; the expert has `max_decisions` decisions and
+    `max_env_steps` commands of its own from the point on (the roll-in already spent the
+    policy's). Returns the demonstrations and the counts of what was dropped.
     """
     spec = task_spec(record)
     dropped: Counter = Counter()
@@ -150,6 +154,7 @@ def relabel_rollout(
             done.note(ep.expert, spec)
             _replay(ep, turn)
         ep.max_env_steps = ep.env_steps + max_env_steps
+        ep.max_decisions = ep.n_turns + max_decisions
         demo, reason = play_on(ep, done, untrained=list(range(ep.n_turns)))
         if demo is None:
             dropped[reason] += 1
@@ -166,6 +171,7 @@ def policy_rollouts(
     listing_style: str,
     seed: int,
     max_env_steps: int,
+    max_decisions: int = MAX_DECISIONS,
     temperature: float = 0.0,
     max_new_tokens: int = 64,
     concurrent_episodes: int = 32,
@@ -183,6 +189,7 @@ def policy_rollouts(
     policy = HFPolicy(str(model_dir), device=init_device(), batch_size=concurrent_episodes)
     library = load_alfworld_skills()
     config = RunnerConfig(
+        max_decisions=max_decisions,
         max_env_steps=max_env_steps,
         max_new_tokens=max_new_tokens,
         temperature=temperature,
@@ -223,6 +230,7 @@ def dagger_demos(
     seed: int,
     iteration: int,
     max_env_steps: int,
+    max_decisions: int = MAX_DECISIONS,
     points: int = 2,
     temperature: float = 0.0,
     concurrent_episodes: int = 32,
@@ -237,6 +245,7 @@ def dagger_demos(
         listing_style=listing_style,
         seed=seed + iteration,
         max_env_steps=max_env_steps,
+        max_decisions=max_decisions,
         temperature=temperature,
         concurrent_episodes=concurrent_episodes,
         action_choice=action_choice,
@@ -259,7 +268,7 @@ def dagger_demos(
         try:
             new, lost = relabel_rollout(
                 env, executor, fmt, listing, by_id[row["task_id"]], row["turns"],
-                rng=rng, mix=mix, max_env_steps=max_env_steps, points=points,
+                rng=rng, mix=mix, max_env_steps=max_env_steps, max_decisions=max_decisions, points=points,
             )  # fmt: skip
         except (EnvError, OSError, ValueError, KeyError) as exc:
             new, lost = [], Counter({f"error:{type(exc).__name__}": 1})
@@ -291,12 +300,15 @@ def run_dagger(
     sft: dict,
     prior: Sequence[Demo] = (),
     first_iteration: int = 0,
+    max_decisions: int = MAX_DECISIONS,
 ):
     """`settings.iterations` rounds of: play the current model on `games(iteration)`, relabel, SFT
     (assistant tokens) on the base demonstrations plus every relabelled one so far (`prior`:
     those of earlier iterations, when continuing a DAgger build). `sft` holds the init's
     `sft_config` arguments (its seed, batch size, max_length, ...); DAgger's own epochs and lr
-    replace the init's. Returns (model, stats per iteration, all relabelled demonstrations)."""
+    replace the init's. `max_decisions` is the demonstrations' decision budget: the policy's
+    episodes play under it and the expert's continuations get as many decisions of their own.
+    Returns (model, stats per iteration, all relabelled demonstrations)."""
 
     work = Path(work)
     aggregate: list[Demo] = list(prior)
@@ -309,8 +321,8 @@ def run_dagger(
         records = games(it)
         new, st = dagger_demos(
             snapshot, records, fmt=fmt, listing_style=listing_style, mix=mix, seed=seed, iteration=it,
-            max_env_steps=settings.max_env_steps, points=settings.points, temperature=settings.temperature,
-            action_choice=settings.action_choice, progress=progress,
+            max_env_steps=settings.max_env_steps, max_decisions=max_decisions, points=settings.points,
+            temperature=settings.temperature, action_choice=settings.action_choice, progress=progress,
         )  # fmt: skip
         lengths = demo_token_lengths(tokenizer, new)
         kept = [d for d, n in zip(new, lengths, strict=True) if n <= sft["max_length"]]

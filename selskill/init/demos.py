@@ -44,8 +44,9 @@ Messages are built with `selskill.agent.transcript` and the turn-format renderer
 decision's skills are listed by `selskill.agent.listings`, so the policy is trained on exactly
 the format and listings the episode runner gives it (a run with retrieval builds its init on
 its own listings, and the mix only calls skills the decision lists). Every kept
-demonstration is verified won within `max_env_steps` environment steps (skill actions
-count); the others are dropped and counted. Everything is deterministic per (seed, task).
+demonstration is verified won within `max_decisions` decisions (assistant turns: the
+rounds' step budget counts them so) and `max_env_steps` environment commands (a skill's
+actions count); the others are dropped and counted. Everything is deterministic per (seed, task).
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ from selskill.agent.parser import parse_turn
 from selskill.agent.transcript import after_action, after_skill, opening_messages
 from selskill.agent.turn_format import TurnFormat, render_action, render_skill_call
 from selskill.config.names import SEARCH_ORDERS
+from selskill.config.rollout import MAX_DECISIONS
 from selskill.envs.alfworld import AlfworldEnv, GameIndex, GameRecord, find_games
 from selskill.envs.base import EnvError
 from selskill.envs.expert import DEFAULT_MAX_ENV_STEPS, Expert, TaskSpec, task_spec, type_of
@@ -168,13 +170,17 @@ class DemoEpisode:
 
     `listings` (default: every skill, always) says what each decision is shown, as the episode
     host shows it; a call the mix draws for a skill that decision does not list is not made
-    (`call` returns None), since the parser would reject it in a rollout.
+    (`call` returns None), since the parser would reject it in a rollout. The episode ends as
+    the runner ends one: after `max_decisions` assistant turns or `max_env_steps` commands.
     """
 
-    def __init__(self, env, executor, fmt, listing, record, spec, rng, mix, max_env_steps, listings=None):
+    def __init__(
+        self, env, executor, fmt, listing, record, spec, rng, mix, max_env_steps, listings=None,
+        max_decisions=MAX_DECISIONS,
+    ):  # fmt: skip
         self.env, self.executor, self.fmt = env, executor, fmt
         self.record, self.spec, self.rng, self.mix = record, spec, rng, mix
-        self.max_env_steps = max_env_steps
+        self.max_env_steps, self.max_decisions = max_env_steps, max_decisions
         self.listings: DecisionListings = listings or DecisionListings(executor.library, None)
         self.state = env.reset(record.task_id)
         self.prefix = first_prefix(self.state)
@@ -191,12 +197,11 @@ class DemoEpisode:
 
     @property
     def over(self) -> bool:
-        # the turn cap only guards against a run of calls that consume no environment steps
         return (
             self.state.won
             or self.state.done
+            or self.n_turns >= self.max_decisions
             or self.env_steps >= self.max_env_steps
-            or self.n_turns >= 2 * self.max_env_steps
         )
 
     def _reply(self, message: dict) -> None:
@@ -297,9 +302,12 @@ def _play(
     mix: DemoMix,
     max_env_steps,
     listings=None,
+    max_decisions=MAX_DECISIONS,
 ):
     """Returns (Demo, None) or (None, drop reason)."""
-    ep = DemoEpisode(env, executor, fmt, listing, record, spec, rng, mix, max_env_steps, listings)
+    ep = DemoEpisode(
+        env, executor, fmt, listing, record, spec, rng, mix, max_env_steps, listings, max_decisions
+    )
     task_skill = TASK_SKILL.get(spec.task_type)
     if ep.chance(mix.opening_memory):
         ep.call(
@@ -369,9 +377,9 @@ def play_on(ep: DemoEpisode, done: MixState, untrained: list[int]):
         if command is None:
             return None, "expert_stuck"
         ep.act(command)
-    if not ep.state.won:
-        return None, "step_limit"
-    if ep.env_steps > ep.max_env_steps:
+    # the opening's calls (made before `over` is checked) and an executable skill's commands
+    # can overshoot a budget: such a demonstration was not won within it
+    if not ep.state.won or ep.n_turns > ep.max_decisions or ep.env_steps > ep.max_env_steps:
         return None, "step_limit"
     calls = ep.calls
     return (
@@ -400,6 +408,7 @@ def build_demos(
     library: SkillLibrary | None = None,
     retriever: SkillRetriever | None = None,
     max_env_steps: int = DEFAULT_MAX_ENV_STEPS,
+    max_decisions: int = MAX_DECISIONS,
     progress: bool = False,
 ) -> DemoReport:
     """Play every game once (expert + mixed skill calls); keep the won episodes.
@@ -428,7 +437,9 @@ def build_demos(
         rng = random.Random(f"selskill-demo:{seed}:{record.task_id}")
         try:
             spec = task_spec(record)
-            demo, reason = _play(env, executor, fmt, listing, record, spec, rng, mix, max_env_steps, listings)
+            demo, reason = _play(
+                env, executor, fmt, listing, record, spec, rng, mix, max_env_steps, listings, max_decisions
+            )
         except (EnvError, OSError, ValueError, KeyError) as exc:
             demo, reason = None, f"error:{type(exc).__name__}"
         if demo is None:

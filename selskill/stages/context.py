@@ -43,8 +43,8 @@ def turn_format(rollout: RolloutConfig, env: str = DEFAULT_BENCHMARK) -> TurnFor
 
 def runner_config(rollout: RolloutConfig, temperature: float, top_p: float = 1.0) -> RunnerConfig:
     return RunnerConfig(
+        max_decisions=rollout.max_decisions,
         max_env_steps=rollout.max_env_steps,
-        max_turns=rollout.max_turns,
         max_context_tokens=rollout.max_context_tokens,
         max_new_tokens=rollout.max_new_tokens,
         temperature=temperature,

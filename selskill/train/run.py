@@ -344,7 +344,7 @@ def run_train(run, policy, cfg) -> Path:
         raise NoTrainablePairs(
             f"round {run.round} has no trainable pairs (see the discard reasons in {label_stats}): local pairs need "
             "a successful continuation at a branch point and episode pairs a success among a task's samples. Sample "
-            "more (sample_k, sample_max_tasks, fork_k_*), give episodes more steps (max_env_steps), or start from a "
+            "more (sample_k, sample_max_tasks, fork_k_*), give episodes more steps (max_decisions), or start from a "
             "stronger policy"
         )
     check_model_source(model_path, f"the policy round {run.round} trains")
