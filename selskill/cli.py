@@ -294,13 +294,16 @@ def build_parser() -> argparse.ArgumentParser:
         "eval",
         help="greedy evaluation of any model on any games (outside a round too)",
         description="Play every game of the recipe's eval splits under --games (or the recipe's games) greedily "
-        "with --model and print the paper's metrics with 95% bootstrap intervals. "
-        "Example: selskill eval --model runs/tiny/round_1/train/model --games runs/games-tiny --config "
+        "with --model and print the paper's metrics with 95% bootstrap intervals; with --eval_headroom true, "
+        "also play the first split without skills and print the skills' headroom (won with vs without them, "
+        "per task). Example: selskill eval --model runs/tiny/round_1/train/model --games runs/games-tiny --config "
         "recipes/tiny.yaml",
     )
     p.add_argument("--model", required=True, help="model directory (or hub id when you ask for one)")
     p.add_argument("--games", help="games root (<games>/<split>/...); default: the recipe's games")
-    p.add_argument("--out", help="also write the rows and metrics.json to this directory")
+    p.add_argument(
+        "--out", help="also write the rows and metrics.json to this directory (no-skills rows in headroom/)"
+    )
     p.set_defaults(takes_recipe=True)  # --config RECIPE and --key value overrides pass through to TrlParser
     p.set_defaults(func=_cmd_eval)
 

@@ -6,7 +6,8 @@ base64 PNG) and `runs/<exp>/plots/*.png` with
 1. held-out metrics per round (init = round 0, R1, R2, ...) and eval split, like the paper's
    Table 1 (SR, Exec. Prec., SR@Invoke, SR@Skip, Skill/ep, Avg. Steps, malformed rate) with
    95% bootstrap intervals, plus the paired SR difference vs init (same tasks) with its
-   interval; SR per task type;
+   interval; SR per task type; where the eval also played without skills (`eval_headroom`),
+   the skills' headroom per round (the paper's Appendix B);
 2. pair yield per round from the label stage's stats: pairs/task by kind and by reason,
    invoke-preferred share of local pairs, discard reasons;
 3. plots: each metric per round; per-token entropy after the branch point for the invoke
@@ -618,6 +619,66 @@ def metrics_section(
     return blocks
 
 
+def _count_share(h: dict, c: str) -> str:
+    share = h["shares"][c]
+    return f"{h['counts'][c]}" + ("" if share is None else f" ({100 * share:.1f}%)")
+
+
+def _similarity(h: dict, c: str) -> str:
+    s = (h.get("similarity") or {}).get(c)
+    if not s or s["mean"] is None:
+        return "-"
+    return f"{s['mean']:.2f} (n={s['tasks']})"
+
+
+def headroom_section(rounds: list[RoundData]) -> list[tuple]:
+    """The skills' headroom (the paper's Appendix B) of each round whose metrics.json has it."""
+    have = [d for d in rounds if d.metrics and d.metrics.get("headroom")]
+    if not have:
+        return []
+    blocks: list[tuple] = [
+        ("h", 2, "Skills' headroom (the paper's Appendix B)"),
+        (
+            "p",
+            "The same model on the same tasks with the skills listed and without them (eval_mode no_skills), "
+            "paired by task: positive = won only with the skills, negative = won only without them, both won / "
+            "both lost = no effect. Net gain = positive − negative share (SR with − SR without, paired 95% "
+            "bootstrap interval); oracle gain = the negative share, what a policy that kept every helpful call "
+            "and skipped every harmful one could add to SR with skills at most. BM25 = mean BM25 score of the "
+            "task text against the metadata (name and description) of the skills the with-skills episode "
+            "called, per class, over the tasks whose episode called one (n).",
+        ),
+    ]
+    headers = [
+        "Round",
+        "Tasks",
+        "Positive",
+        "Negative",
+        "Both won",
+        "Both lost",
+        "Net gain (pp)",
+        "Oracle gain (pp)",
+        "BM25 positive",
+        "BM25 negative",
+        "BM25 no effect",
+    ]
+    splits = sorted({s for d in have for s in d.metrics["headroom"]})
+    for split in splits:
+        rows = []
+        for d in have:
+            h = d.metrics["headroom"].get(split)
+            if h is None:
+                continue
+            rows.append(
+                [round_label(d.round), h["tasks"]]
+                + [_count_share(h, c) for c in ("positive", "negative", "both_won", "both_lost")]
+                + [_pp(h["net_gain"], h.get("net_gain_ci")), _pp(h["oracle_gain"])]
+                + [_similarity(h, c) for c in ("positive", "negative", "no_effect")]
+            )
+        blocks += [("h", 3, f"Split {split}"), ("table", headers, rows)]
+    return blocks
+
+
 def load_mode_metrics(exp_dir: Path, rounds: list[int], notes: list[str]) -> dict[int, dict[str, dict]]:
     """{round: {mode: metrics.json}} of the Appendix D baselines (`round_<r>/eval-<mode>/`)."""
     out: dict[int, dict[str, dict]] = {}
@@ -851,6 +912,7 @@ def build_report(exp_dir: str | Path, n_boot: int = 2000, seed: int = 0) -> Repo
     modes = load_mode_metrics(exp_dir, rounds_found, notes)
     body = (
         metrics_section(rounds, n_boot, seed, notes, benchmark)
+        + headroom_section(rounds)
         + baselines_section(rounds, modes)
         + yield_section(rounds)
     )

@@ -73,6 +73,15 @@ def test_summary_reads_metrics_pairs_and_yield(runs):
     assert all(f"| {name} |" in md for name in rep.PAIR_VARIANTS)
 
 
+def test_the_summary_carries_each_rounds_headroom_where_measured(runs):
+    path = round_dir(runs, "main", 1) / "eval" / "metrics.json"
+    headroom = {"tasks": 4, "counts": {"positive": 1, "negative": 0, "both_won": 2, "both_lost": 1}}
+    path.write_text(json.dumps(json.loads(path.read_text()) | {"headroom": {"valid_seen": headroom}}))
+    summary = rep.summary_rows(str(runs), "main")
+    assert [row["headroom"] for row in summary["main"]] == [None, headroom, None]
+    assert summary["pairs"]["n1"]["headroom"] is None  # a variant not run yet
+
+
 def test_a_branching_variant_without_pairs_does_not_stop_the_benchmark(runs, monkeypatch):
     from selskill.train.run import NoTrainablePairs
 

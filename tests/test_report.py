@@ -105,6 +105,38 @@ def test_metrics_table_equals_fixture_metrics(built):
     ]
 
 
+def test_headroom_section_renders_the_headroom_of_each_round_that_measured_it(built, tmp_path):
+    from selskill.headroom import skill_headroom
+
+    exp, rep = built
+    assert "Skills' headroom" not in rep.markdown.read_text()  # no metrics.json has it
+    copy = tmp_path / "fixture"
+    shutil.copytree(exp, copy)
+    path = copy / "round_1" / "eval" / "metrics.json"
+    metrics = json.loads(path.read_text())
+    # round 0's episodes stand in for round 1's model without skills
+    h = skill_headroom(_eval_rows(exp, 1, "valid_seen"), _eval_rows(exp, 0, "valid_seen"), n_boot=200)
+    h["similarity"] = {
+        "positive": {"tasks": 1, "mean": 2.5},
+        "negative": {"tasks": 0, "mean": None},
+        "no_effect": {"tasks": 3, "mean": 0.75},
+    }
+    path.write_text(json.dumps(metrics | {"headroom": {"valid_seen": h}}))
+    md = rp.build_report(copy).markdown.read_text()
+    section = md.split("## Skills' headroom (the paper's Appendix B)\n")[1].split("\n## ")[0]
+    assert "### Split valid_seen" in section and "valid_unseen" not in section
+    rows = md_table(section, "### Split valid_seen")
+    assert len(rows) == 1 and rows[0][:2] == ["R1", "4"]  # round 1 only: the others did not measure it
+    cells = [
+        f"{h['counts'][c]} ({100 * h['shares'][c]:.1f}%)"
+        for c in ("positive", "negative", "both_won", "both_lost")
+    ]
+    lo, hi = h["net_gain_ci"]
+    net = f"{100 * h['net_gain']:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}]"
+    assert rows[0][2:] == [*cells, net, f"{100 * h['oracle_gain']:+.1f}", "2.50 (n=1)", "-", "0.75 (n=3)"]
+    assert h["net_gain"] == pytest.approx(0.25)  # the fixture's SR 50 -> 75 on valid_seen
+
+
 def test_pair_yield_equals_label_stats(built):
     exp, rep = built
     md = rep.markdown.read_text()

@@ -142,6 +142,14 @@ class EvalConfig:
             "(App. F: BFCL 18 -> 28 | 38 | 68)"
         },
     )
+    eval_headroom: bool = field(
+        default=False,
+        metadata={
+            "help": "also play the first eval split's tasks without skills (eval_mode no_skills) and write the "
+            "skills' headroom into metrics.json: per task, won with vs without the skills listed (the paper's "
+            "App. B); a round keeps those episodes in <eval stage>-headroom/"
+        },
+    )
 
     def __post_init__(self):
         if self.eval_mode not in EVAL_MODES:
@@ -153,6 +161,13 @@ class EvalConfig:
         check_at_least(self, 0, "eval_temperature", why="0 = greedy, the paper's setting")
         check_at_least(self, 1, "eval_bootstrap", why="resamples of the 95 percent intervals")
         check_at_least(self, 1, "eval_listing_size", why="skills listed in eval_mode listing_noise")
+        if self.eval_headroom and self.eval_mode == "no_skills":
+            raise bad_value(
+                "eval_headroom",
+                self.eval_headroom,
+                "false with eval_mode no_skills",
+                why="the headroom compares the eval mode's skills with none: pick a mode with skills",
+            )
 
     @property
     def stage(self) -> str:
@@ -168,3 +183,9 @@ class EvalConfig:
     @property
     def splits(self) -> list[str]:
         return [s.strip() for s in self.eval_splits.split(",") if s.strip()]
+
+    @property
+    def headroom_stage(self) -> str:
+        """Where a round keeps the no-skills episodes of `eval_headroom`: next to its eval stage,
+        not in it, so that the eval stage's rows stay one episode per task in its own mode."""
+        return f"{self.stage}-headroom"

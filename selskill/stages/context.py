@@ -110,6 +110,19 @@ def runner_library(
     return padded_library(own, rollout.retrieval_library_size)
 
 
+def eval_library(rollout: RolloutConfig, env: str, mode: str, listing_size: int = 0) -> SkillLibrary:
+    """The skills the episodes of eval mode `mode` may call, as `make_runner` gives them to the runner."""
+    library = runner_library(rollout, env, mode, listing_size)
+    return prompt_setup(mode, library, turn_format(rollout, env), rollout.listing_style).library
+
+
+def task_texts(index, task_ids: Sequence[str]) -> dict[str, str]:
+    """The task each of `task_ids` states at its start (the env's `EnvState.task`, what task
+    retrieval reads), from one environment of the index's benchmark reset to each task."""
+    env = benchmark_of_index(index).env_factory(index)()
+    return {t: env.reset(t).task for t in task_ids}
+
+
 def retriever(rollout: RolloutConfig, library: SkillLibrary) -> SkillRetriever | None:
     """The rollout section's retrieval over `library`; None where every skill is listed."""
     if rollout.retrieval_mode == "all" or not len(library):

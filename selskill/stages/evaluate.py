@@ -3,10 +3,20 @@
 Rows are full rollouts (same schema as sampling), so every metric can be recomputed from
 the shards; `metrics.json` holds the point estimates and bootstrap intervals, overall and
 per task type, for each split.
+
+With `eval_headroom` the first split's tasks are also played without skills (`no_skills`),
+and `metrics.json` gets the skills' headroom of that split (`selskill.headroom`). Those
+episodes are a stage of their own next to the eval stage (`EvalConfig.headroom_stage`,
+recording what it plays as its inputs; each rank computes its share after its eval share,
+and the round counts the eval complete once both are), so the eval stage keeps one episode
+per task in its own mode for everything that reads it (metrics, paired SR across rounds,
+the report, `selskill.load_eval`).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
 from pathlib import Path
 
@@ -17,6 +27,7 @@ from selskill.config.run import PolicyConfig, RunConfig
 from selskill.config.stages import EvalConfig
 from selskill.data.layout import StageDir
 from selskill.data.shards import write_json_atomic
+from selskill.headroom import invoked_skills, skill_headroom
 from selskill.metrics import compute_metrics, metrics_by_task_type
 from selskill.stages.common import (
     StageInputs,
@@ -29,7 +40,7 @@ from selskill.stages.common import (
     shard_items,
     stable_seed,
 )
-from selskill.stages.context import game_index, load_policy, make_runner
+from selskill.stages.context import eval_library, game_index, load_policy, make_runner, task_texts
 
 CODE_VERSION = 5  # bump when a change alters the rows this stage writes (completed ranks are then refused)
 
@@ -44,6 +55,21 @@ def eval_policy_path(run: RunConfig) -> str:
     return str(path)
 
 
+def split_index(run: RunConfig, split: str, games_root: str | None = None):
+    """The tasks of `split`: the recipe's, or those of a directory of the env's tasks (`selskill eval --games`)."""
+    if games_root is None:
+        return game_index(run, split)
+    from_dir = benchmark(run.benchmark).index_from_dir
+    if from_dir is None:
+        raise ValueError(f"--games names a games directory; benchmark {run.benchmark} has its own tasks")
+    return from_dir(run, games_root, split)
+
+
+def headroom_config(cfg: EvalConfig) -> EvalConfig:
+    """What `eval_headroom` plays besides the eval: the first eval split, without skills."""
+    return dataclasses.replace(cfg, eval_mode="no_skills", eval_splits=cfg.splits[0], eval_headroom=False)
+
+
 def evaluate_rows(
     policy,
     run: RunConfig,
@@ -54,18 +80,13 @@ def evaluate_rows(
     world_size: int = 1,
     games_root: str | None = None,
     stats: StageStats | None = None,
+    id_prefix: str = "eval",
 ) -> list[dict]:
+    """`id_prefix` starts each row's `rollout_id` (`<prefix>/r<round>/<task id>`); the episode seeds
+    do not depend on it, so the headroom's no-skills episodes get the seeds of the eval's."""
     rows = []
     for split in cfg.splits:
-        if games_root is not None:  # a directory of the env's tasks (selskill eval --games)
-            from_dir = benchmark(run.benchmark).index_from_dir
-            if from_dir is None:
-                raise ValueError(
-                    f"--games names a games directory; benchmark {run.benchmark} has its own tasks"
-                )
-            index = from_dir(run, games_root, split)
-        else:
-            index = game_index(run, split)
+        index = split_index(run, split, games_root)
         record_skipped_games(stats, index)
         tasks = balanced_tasks(index.games, cfg.eval_max_tasks)
         mine = shard_items(tasks, rank, world_size)
@@ -80,7 +101,7 @@ def evaluate_rows(
         )
         specs = [
             EpisodeSpec(
-                f"eval/r{run.round}/{t}",
+                f"{id_prefix}/r{run.round}/{t}",
                 t,
                 stable_seed(seed, "eval", t),
                 meta={"task_type": by_id[t].task_type, "mode": cfg.eval_mode},
@@ -120,6 +141,41 @@ def summarize(rows: list[dict], cfg: EvalConfig, seed: int, env: str = DEFAULT_B
     return out
 
 
+def headroom_summary(
+    rows: list[dict],
+    without: list[dict],
+    run: RunConfig,
+    rollout: RolloutConfig,
+    cfg: EvalConfig,
+    seed: int,
+    games_root: str | None = None,
+) -> dict:
+    """{first eval split: `skill_headroom` of its eval rows vs the no-skills rows `without`}, with
+    Panel B over the library the eval mode offered and the turn budget the episodes were played
+    with (`max_decisions`, what `selskill.headroom.within_budget` needs to cut them to a smaller one)."""
+    split = cfg.splits[0]
+    mine = [r for r in rows if r["task_id"].startswith(f"{split}/")]
+    called = sorted(r["task_id"] for r in mine if invoked_skills(r))
+    texts = task_texts(split_index(run, split, games_root), called) if called else {}
+    library = eval_library(rollout, run.benchmark, cfg.eval_mode, cfg.eval_listing_size)
+    headroom = skill_headroom(mine, without, library, texts, cfg.eval_bootstrap, seed)
+    return {split: headroom | {"max_decisions": rollout.max_decisions}}
+
+
+def format_headroom(split: str, h: dict) -> str:
+    """One split's headroom on a line, as `selskill eval` and the round summary print it."""
+    n, c = h["tasks"], h["counts"]
+    if not n:
+        return f"{split} headroom: no task played both with and without skills"
+    ci = h.get("net_gain_ci")
+    net = f"{100 * h['net_gain']:+.1f}" + (f" [{100 * ci[0]:+.1f}, {100 * ci[1]:+.1f}]" if ci else "")
+    return (
+        f"{split} headroom (n={n}, with vs without skills): positive {c['positive']}, negative {c['negative']}, "
+        f"both won {c['both_won']}, both lost {c['both_lost']}; net {net} points, "
+        f"oracle gain {100 * h['oracle_gain']:+.1f} points"
+    )
+
+
 def run_eval(
     run: RunConfig,
     pol: PolicyConfig,
@@ -128,19 +184,31 @@ def run_eval(
     seed: int,
     model_path: str | None = None,
 ) -> dict | None:
-    """Evaluate this rank's tasks; the last rank to finish writes metrics.json for the round."""
+    """Evaluate this rank's tasks (with `eval_headroom`, then its no-skills share); the last rank to
+    finish writes metrics.json for the round."""
     stage = StageDir.of(run.runs_dir, run.exp, run.round, cfg.stage)
     path = model_path or eval_policy_path(run)
+    # loaded once, and only by a rank that plays
+    policy = functools.cache(lambda: load_policy(pol, path, rollout, seed))
 
-    def compute(stats: StageStats) -> list[dict]:
-        policy = load_policy(pol, path, rollout, seed)
-        rows = evaluate_rows(policy, run, rollout, cfg, seed, run.rank, run.world_size, stats=stats)
+    def compute(stats: StageStats, what: EvalConfig = cfg, id_prefix: str = "eval") -> list[dict]:
+        rows = evaluate_rows(
+            policy(), run, rollout, what, seed, run.rank, run.world_size, stats=stats, id_prefix=id_prefix
+        )
         stats.tokens = sum(len(r["token_ids"]) for r in rows)
         return rows
 
     inputs = StageInputs([run, pol, rollout, cfg], seed, CODE_VERSION, policy=path)
-    computed = run_rank(stage, "rollout", run, inputs, compute)
-    if len(stage.completed_ranks()) < run.world_size:
+    computed = run_rank(stage, "rollout", run, inputs, compute)  # first: a changed recipe is refused here
+    stages = [stage]
+    if cfg.eval_headroom:
+        partner = StageDir.of(run.runs_dir, run.exp, run.round, cfg.headroom_stage)
+        bare = headroom_config(cfg)
+        play = functools.partial(compute, what=bare, id_prefix=cfg.headroom_stage)
+        inputs = StageInputs([run, pol, rollout, bare], seed, CODE_VERSION, policy=path)
+        computed = run_rank(partner, "rollout", run, inputs, play) or computed
+        stages.append(partner)
+    if any(len(s.completed_ranks()) < run.world_size for s in stages):
         return None
     if not computed and (stage.path / "metrics.json").is_file():
         return load_metrics(stage.path / "metrics.json")  # nothing new: keep what was written
@@ -151,6 +219,9 @@ def run_eval(
         "mode": cfg.eval_mode,
         "splits": summarize(rows, cfg, seed, run.benchmark),
     }
+    if cfg.eval_headroom:
+        without = read_stage(stages[1], "rollout", run.world_size).to_pylist()
+        metrics["headroom"] = headroom_summary(rows, without, run, rollout, cfg, seed)
     if cfg.eval_mode == "capability_check":
         from selskill.agent.eval_modes import capability_check_stats
 
@@ -179,15 +250,27 @@ def format_overall(overall: dict) -> str:
 
 def evaluate_model(recipe, model: str, games: str | None = None, out: str | None = None) -> dict:
     """`selskill eval`: any model on any games, outside a round (no run directory, no completion markers);
-    `out` also keeps the rows and the metrics."""
+    `out` also keeps the rows and the metrics (with `eval_headroom`, the no-skills rows in `out/headroom/`)."""
     from selskill.data.shards import write_shard
 
-    policy = load_policy(recipe.policy, model, recipe.rollout, recipe.seed)
-    rows = evaluate_rows(policy, recipe.run, recipe.rollout, recipe.eval, recipe.seed, games_root=games)
-    summary = summarize(rows, recipe.eval, recipe.seed, recipe.run.benchmark)
+    run, rollout, cfg, seed = recipe.run, recipe.rollout, recipe.eval, recipe.seed
+    policy = load_policy(recipe.policy, model, rollout, seed)
+    rows = evaluate_rows(policy, run, rollout, cfg, seed, games_root=games)
+    summary = summarize(rows, cfg, seed, run.benchmark)
     for split, m in summary.items():
         print(f"{split} (n={m['overall']['episodes']}): {format_overall(m['overall'])}")
+    metrics = {"model": model, "splits": summary}
+    without = []
+    if cfg.eval_headroom:
+        without = evaluate_rows(
+            policy, run, rollout, headroom_config(cfg), seed, games_root=games, id_prefix=cfg.headroom_stage
+        )
+        metrics["headroom"] = headroom_summary(rows, without, run, rollout, cfg, seed, games)
+        for split, h in metrics["headroom"].items():
+            print(format_headroom(split, h))
     if out:
         write_shard(rows, f"{out}/shards/00000.parquet", "rollout")
-        write_json_atomic({"model": model, "splits": summary}, f"{out}/metrics.json")
+        if cfg.eval_headroom:
+            write_shard(without, f"{out}/headroom/shards/00000.parquet", "rollout")
+        write_json_atomic(metrics, f"{out}/metrics.json")
     return summary

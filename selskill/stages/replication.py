@@ -15,7 +15,8 @@ Every piece is an ordinary round of an ordinary experiment, so it resumes like a
   yield and no SR instead of stopping the benchmark (a pair-set variant with no pair is skipped).
 The summary reads only files the rounds wrote: `runs/<exp>/ablations.md` (the tables) and
 `runs/<exp>/results.json` (the same numbers machine-readably, with the paired SR differences,
-the issue's targets checked, the stage seconds and the commit the code ran on).
+each evaluated round's skills' headroom where its eval measured it, the issue's targets
+checked, the stage seconds and the commit the code ran on).
 """
 
 from __future__ import annotations
@@ -92,11 +93,13 @@ def trainable_pairs(argv: list[str], overrides: dict[str, str], table, tok) -> i
     return len(examples)
 
 
-def _metrics(runs_dir: str, exp: str, r: int, split: str) -> dict | None:
+def _metrics(runs_dir: str, exp: str, r: int, split: str) -> tuple[dict | None, dict | None]:
+    """Round r's eval metrics of `split` (overall) and its skills' headroom there (None where not measured)."""
     path = round_dir(runs_dir, exp, r) / "eval" / "metrics.json"
     if not path.is_file():
-        return None
-    return json.loads(path.read_text())["splits"].get(split, {}).get("overall")
+        return None, None
+    metrics = json.loads(path.read_text())
+    return metrics["splits"].get(split, {}).get("overall"), (metrics.get("headroom") or {}).get(split)
 
 
 def _yield(runs_dir: str, exp: str, r: int) -> dict:
@@ -113,7 +116,8 @@ def summary_rows(runs_dir: str, main: str, split: str = "valid_seen") -> dict:
     from selskill.metrics import METRICS
 
     def row(exp: str, r: int) -> dict:
-        m = _metrics(runs_dir, exp, r, split) or {}
+        m, headroom = _metrics(runs_dir, exp, r, split)
+        m = m or {}
         stats_path = round_dir(runs_dir, exp, r) / "train" / "pairs_stats.json"
         trained = json.loads(stats_path.read_text()).get("trained", {}) if stats_path.is_file() else {}
         y = _yield(runs_dir, exp, r) if r else {}
@@ -125,6 +129,7 @@ def summary_rows(runs_dir: str, main: str, split: str = "valid_seen") -> dict:
             "pairs_trained": trained,
             "pairs_per_task": y.get("pairs_per_task"),
             "invoke_preferred_share": y.get("invoke_preferred_share"),
+            "headroom": headroom,
         }
 
     return {

@@ -90,7 +90,7 @@ def paired_sr_between(runs_dir: str, exp: str, a: int, b: int) -> dict:
 
 def format_summary(summary: dict) -> str:
     from selskill.agent.benchmarks import DEFAULT_BENCHMARK, benchmark
-    from selskill.stages.evaluate import format_overall
+    from selskill.stages.evaluate import format_headroom, format_overall
 
     lines = [f"round {summary['round']} of {summary['exp']!r}: {summary['dir']}"]
     for name, s in summary["stages"].items():
@@ -104,6 +104,8 @@ def format_summary(summary: dict) -> str:
         for split, m in summary[key]["splits"].items():
             o = m["overall"]
             lines.append(f"  {key.replace('metrics_', '')} {split} (n={o['episodes']}): {format_overall(o)}")
+        for split, h in (summary[key].get("headroom") or {}).items():
+            lines.append(f"  {key.replace('metrics_', '')} {format_headroom(split, h)}")
     prev = "init" if summary["round"] == 1 else f"R{summary['round'] - 1}"
     things = benchmark(summary.get("benchmark") or DEFAULT_BENCHMARK).task_noun
     for split, d in (summary.get("paired_sr") or {}).items():

@@ -111,13 +111,19 @@ def eval_stage(recipe: Recipe):
 
 
 def _markers_complete(name: str, recipe: Recipe) -> bool:
-    """A sharded stage is complete when every rank's completion marker verifies."""
+    """A sharded stage is complete when every rank's completion marker verifies (the eval: with
+    `eval_headroom`, those of its no-skills episodes too)."""
     from selskill.data.layout import StageDir
 
-    run = recipe.run
-    stage = recipe.eval.stage if name == "eval" else name
-    sd = StageDir.of(run.runs_dir, run.exp, run.round, stage)
-    return all(sd.is_complete(r) for r in range(run.world_size))
+    run, cfg = recipe.run, recipe.eval
+    stages = [name]
+    if name == "eval":
+        stages = [cfg.stage, cfg.headroom_stage] if cfg.eval_headroom else [cfg.stage]
+    return all(
+        StageDir.of(run.runs_dir, run.exp, run.round, stage).is_complete(r)
+        for stage in stages
+        for r in range(run.world_size)
+    )
 
 
 def _markers(name: str) -> Callable[[Recipe], bool]:
