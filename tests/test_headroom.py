@@ -152,7 +152,7 @@ def test_the_eval_scores_the_task_as_the_env_states_it_against_the_listed_librar
     from selskill.stages.context import runner_library
     from selskill.stages.evaluate import headroom_summary, split_index
 
-    run, rollout = RunConfig(exp="t"), RolloutConfig(max_turns=9)
+    run, rollout = RunConfig(exp="t"), RolloutConfig(max_decisions=9)
     cfg = EvalConfig(eval_splits="train", eval_headroom=True, eval_mode="explicit_skip")
     index = split_index(run, "train", str(small_games))
     by_type = {g.task_type: g.task_id for g in index.games}
@@ -167,7 +167,7 @@ def test_the_eval_scores_the_task_as_the_env_states_it_against_the_listed_librar
     ]
     without = [_row(ids[0], False), _row(ids[1], True), _row(ids[2], True)]
     got = headroom_summary(with_skills, without, run, rollout, cfg, 0, str(small_games))
-    assert list(got) == ["train"] and got["train"]["max_turns"] == 9
+    assert list(got) == ["train"] and got["train"]["max_decisions"] == 9
     env = AlfworldEnv(index)
     library = runner_library(rollout)
     library = SkillLibrary({**library, "self_reasoning": EXPLICIT_SKIP})
@@ -191,7 +191,7 @@ def recipe(tmp_path, small_games, tiny_model_dir):
     model.symlink_to(tiny_model_dir)  # round 1's trained model is what the round's eval plays
     path = tmp_path / "recipe.yaml"
     path.write_text(
-        f"exp: t\nruns_dir: {tmp_path / 'runs'}\ngames_dir: {small_games}\nmax_env_steps: 4\nmax_turns: 6\n"
+        f"exp: t\nruns_dir: {tmp_path / 'runs'}\ngames_dir: {small_games}\nmax_env_steps: 4\nmax_decisions: 6\n"
         "max_new_tokens: 12\nconcurrent_episodes: 4\npolicy_batch_size: 8\nseed: 3\neval_splits: train\n"
         "eval_max_tasks: 3\neval_bootstrap: 10\n"
     )
@@ -227,7 +227,7 @@ def test_the_eval_stage_records_the_option_and_writes_the_headroom(recipe, tmp_p
     metrics = json.loads((eval_dir.path / "metrics.json").read_text())
     assert metrics["splits"]["train"]["overall"]["episodes"] == 3  # the skills episodes only
     h = metrics["headroom"]["train"]
-    assert h == json.loads(json.dumps(h)) and h["tasks"] == 3 and h["max_turns"] == 6
+    assert h == json.loads(json.dumps(h)) and h["tasks"] == 3 and h["max_decisions"] == 6
     assert sum(h["counts"].values()) == 3 and set(h["similarity"]) == {"positive", "negative", "no_effect"}
     want = skill_headroom(with_skills, without, n_boot=0)
     assert h["counts"] == want["counts"] and h["net_gain"] == want["net_gain"]
