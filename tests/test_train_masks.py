@@ -108,6 +108,9 @@ def test_shards_to_examples_rebuild_the_window_for_any_n(pair_shards, n):
     assert episode["chosen_loss_mask"] == [int(r == A) for r in ROLE]
     assert local["prompt_ids"] == PROMPT and local["chosen_ids"] == CHOSEN[0]
     assert dict(stats.trained) == {"episode": 1, "local": 1}
+    # where the gradient goes: the loss-window tokens of each kind's trained pairs
+    for kind, ex in (("local", local), ("episode", episode)):
+        assert stats.trained_tokens[kind] == sum(ex["chosen_loss_mask"]) + sum(ex["rejected_loss_mask"]) > 0
 
 
 def test_pair_rows_carry_no_loss_window_only_what_train_builds_it_from():

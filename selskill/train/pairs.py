@@ -146,6 +146,8 @@ class PairStats:
     dropped_by_cap: Counter = field(default_factory=Counter)
     prompt_truncated: Counter = field(default_factory=Counter)
     trained: Counter = field(default_factory=Counter)
+    # where the gradient goes: loss-window tokens (chosen + rejected) of the trained pairs, by kind
+    trained_tokens: Counter = field(default_factory=Counter)
     prompt_tokens_dropped: int = 0
     tail_tokens_trimmed: int = 0
     too_long_ids: list[str] = field(default_factory=list)
@@ -166,6 +168,8 @@ class PairStats:
             f"pairs: read {fmt(self.read)}; trained {fmt(self.trained)} "
             f"[window n={self.window_n}, max_length={self.max_length}]"
         ]
+        if sum(self.trained_tokens.values()):
+            lines.append(f"  loss-window tokens (chosen + rejected): {fmt(self.trained_tokens)}")
         if sum(self.not_selected.values()):
             lines.append(f"  not selected by train_pair_kinds: {fmt(self.not_selected)}")
         if sum(self.other_pool.values()):
@@ -302,6 +306,7 @@ def build_examples(
     examples = [fitted[i] for i in keep]
     for r in examples:
         stats.trained[r["kind"]] += 1
+        stats.trained_tokens[r["kind"]] += int(sum(r["chosen_loss_mask"])) + int(sum(r["rejected_loss_mask"]))
     return examples, stats
 
 
