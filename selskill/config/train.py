@@ -17,6 +17,7 @@ from trl import DPOConfig
 PAIR_KIND_CHOICES = ("episode", "local", "both")
 OVERFLOW_CHOICES = ("skip", "error")
 BRANCH_POOL_CHOICES = ("all", "ordinary", "post_skill")
+LOCAL_REASON_CHOICES = ("all", "success_vs_failure", "efficiency")
 
 
 def bf16_available() -> bool:
@@ -104,6 +105,16 @@ class TrainConfig(DPOConfig):
             "choices": list(BRANCH_POOL_CHOICES),
         },
     )
+    train_local_reasons: str = field(
+        default="all",
+        metadata={
+            "help": "local pairs kept by their label reason: all, success_vs_failure (one arm won, the other lost) "
+            "or efficiency (both won, fewer steps chosen). An efficiency label rests on a step count that the "
+            "continuations' own sampling moves as much as the decision, and on the decision budget it mostly "
+            "prefers skipping. Episode pairs are not affected.",
+            "choices": list(LOCAL_REASON_CHOICES),
+        },
+    )
     train_max_pairs: int = field(
         default=0,
         metadata={
@@ -178,6 +189,10 @@ class TrainConfig(DPOConfig):
         if self.train_branch_pools not in BRANCH_POOL_CHOICES:
             raise ValueError(
                 f"train_branch_pools must be one of {', '.join(BRANCH_POOL_CHOICES)}; got {self.train_branch_pools!r}"
+            )
+        if self.train_local_reasons not in LOCAL_REASON_CHOICES:
+            raise ValueError(
+                f"train_local_reasons must be one of {', '.join(LOCAL_REASON_CHOICES)}; got {self.train_local_reasons!r}"
             )
         if self.train_max_pairs < 0:
             raise ValueError(f"train_max_pairs must be >= 0 (0 = no limit); got {self.train_max_pairs}")

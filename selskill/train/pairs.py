@@ -140,6 +140,7 @@ class PairStats:
     read: Counter = field(default_factory=Counter)
     not_selected: Counter = field(default_factory=Counter)
     other_pool: Counter = field(default_factory=Counter)
+    other_reason: Counter = field(default_factory=Counter)
     empty_window: Counter = field(default_factory=Counter)
     too_long: Counter = field(default_factory=Counter)
     dropped_by_mix: Counter = field(default_factory=Counter)
@@ -174,6 +175,10 @@ class PairStats:
             lines.append(f"  not selected by train_pair_kinds: {fmt(self.not_selected)}")
         if sum(self.other_pool.values()):
             lines.append(f"  local pairs of another branch pool (train_branch_pools): {fmt(self.other_pool)}")
+        if sum(self.other_reason.values()):
+            lines.append(
+                f"  local pairs of another label reason (train_local_reasons): {fmt(self.other_reason)}"
+            )
         if sum(self.dropped_by_mix.values()):
             lines.append(f"  left out by train_local_fraction: {fmt(self.dropped_by_mix)}")
         if sum(self.dropped_by_cap.values()):
@@ -221,10 +226,11 @@ def build_examples(
     overflow: str = "skip",
     branch_pools: str = "all",
     max_pairs: int = 0,
+    local_reasons: str = "all",
 ) -> tuple[list[dict], PairStats]:
     """Token rows (TOKEN_COLUMNS + pair_id + kind) for the pairs in `table`, and what happened to each.
 
-    Filters in order: kind, branch pool (local pairs), fit to max_length, kind mix, then a
+    Filters in order: kind, branch pool and label reason (local pairs), fit to max_length, kind mix, then a
     seeded cap of `max_pairs` (0 = none) that keeps the kind proportions of what is left.
     """
     policy = policy or FitPolicy()
@@ -233,6 +239,7 @@ def build_examples(
         "pair_id",
         "kind",
         "branch_pool",
+        "label_reason",
         "prompt_ids",
         "chosen_ids",
         "rejected_ids",
@@ -260,6 +267,9 @@ def build_examples(
             continue
         if kind == "local" and branch_pools != "all" and row["branch_pool"] != branch_pools:
             stats.other_pool[kind] += 1
+            continue
+        if kind == "local" and local_reasons != "all" and row["label_reason"] != local_reasons:
+            stats.other_reason[kind] += 1
             continue
         cmask = loss_mask(row["chosen_role"], row["chosen_turn"], kind, n)
         rmask = loss_mask(row["rejected_role"], row["rejected_turn"], kind, n)
@@ -355,5 +365,6 @@ def build_from_config(table: pa.Table, cfg, tokenizer=None) -> tuple[list[dict],
         seed=cfg.seed,
         overflow=cfg.train_overflow,
         branch_pools=cfg.train_branch_pools,
+        local_reasons=cfg.train_local_reasons,
         max_pairs=cfg.train_max_pairs,
     )
