@@ -1,4 +1,4 @@
-"""`selskill bench retrieval`: does the right skill reach the listing? (issue 18)
+"""`selskill bench retrieval`: does the right skill reach the listing?
 
 Real labels, no model. At every decision point of a reference trajectory, the skills
 relevant to the next move are known; R@k is the share of decision points where at least

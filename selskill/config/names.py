@@ -40,7 +40,7 @@ EVAL_MODES: tuple[str, ...] = (
     "capability_check",
 )
 
-# which skills a decision lists (selskill.skills.retrieval's modes and scorers, issue 18)
+# which skills a decision lists (selskill.skills.retrieval's modes and scorers)
 RETRIEVAL_MODES: tuple[str, ...] = ("all", "task", "progress")
 RETRIEVAL_SCORERS: tuple[str, ...] = ("bm25", "dense", "fused")
 

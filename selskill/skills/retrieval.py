@@ -1,4 +1,4 @@
-"""Which skills are listed at a decision point when the library is too big to list whole (issue 18).
+"""Which skills are listed at a decision point when the library is too big to list whole.
 
 SelSkill decides *whether* to invoke a listed skill; this module decides *which* skills are
 listed. Three modes, each a pure function of the episode prefix (the same prefix always
