@@ -8,6 +8,7 @@ transformers, datasets nor pyarrow.
 __version__ = "0.1.0"
 
 _API = (
+    "export_pairs",
     "load_branches",
     "load_eval",
     "load_forks",

@@ -9,9 +9,8 @@
 written), not the recipe's `runs_dir`. A stage is read the way the next stage reads it
 (`selskill.stages.common.read_stage`): every rank complete, every shard checked against
 its marker and the schema, so a half-finished or corrupt stage fails naming the file
-instead of yielding part of its rows. Ranks that kept no rows write 0-row shards, which
-`datasets.load_dataset("parquet", ...)` rejects; here they simply add nothing. The rows
-are read into memory (Arrow), which suits the CPU-scale runs a notebook looks at.
+instead of yielding part of its rows; ranks that kept no rows add nothing. The rows are
+read into memory (Arrow), which suits the CPU-scale runs a notebook looks at.
 """
 
 from __future__ import annotations
@@ -106,3 +105,25 @@ def load_pairs(run_dir: str | Path, round: int):
 def load_eval(run_dir: str | Path, round: int):
     """Round `round`'s held-out episodes (round 0: the init policy's)."""
     return load_stage(run_dir, round, "eval")
+
+
+def export_pairs(
+    run_dir: str | Path,
+    round: int,
+    out_dir: str | Path,
+    window_n: int | str | None = "recipe",
+    recipe: str | None = None,
+    push_to_hub: str | None = None,
+):
+    """Round `round`'s pairs as TRL's conversational preference dataset in `out_dir` (Parquet + README.md
+    card); returns `selskill.export.Export` (paths and row count). See `selskill.export` for the format.
+
+    `window_n`: the local pairs' loss window the `*_window_turns` columns name ("recipe": what the
+    round's train stage recorded, else the recipe default; or a number of turns, or "all").
+    `recipe`: the recipe file's name for the card (a run directory does not record it).
+    `push_to_hub`: also upload to this hub dataset repo (needs network and a token; off by default).
+    """
+    _stage_dir(run_dir, round, "label")  # a missing run or stage: what to run
+    from selskill.export import write_export
+
+    return write_export(Path(run_dir), round, Path(out_dir), window_n, recipe, push_to_hub)

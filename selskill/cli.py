@@ -104,6 +104,22 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_export_pairs(args: argparse.Namespace) -> int:
+    from selskill.api import export_pairs
+
+    out = export_pairs(
+        args.exp,
+        args.round,
+        args.out,
+        window_n=args.window_n,
+        recipe=args.recipe,
+        push_to_hub=args.push_to_hub,
+    )
+    pushed = f"; pushed to the hub as {args.push_to_hub}" if args.push_to_hub else ""
+    print(f"wrote {out.rows} pairs to {out.data_file} and the dataset card {out.card}{pushed}")
+    return 0
+
+
 def _cmd_bench(args: argparse.Namespace) -> int:
     from selskill.bench import main as bench_main
 
@@ -320,6 +336,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--n-boot", type=int, default=2000, help="paired-bootstrap resamples for ΔSR")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
     p.set_defaults(func=_cmd_report)
+
+    p = sub.add_parser(
+        "export-pairs",
+        help="write a round's preference pairs in TRL's conversational format (prompt/chosen/rejected messages)",
+        description="Read round R's label stage of runs/<exp> (every rank complete and verified) and write "
+        "OUT/data/train-00000-of-00001.parquet (prompt, chosen and rejected as lists of role/content messages, "
+        "plus the pair's kind, label reason, arms, task, branch and loss-window turns) and OUT/README.md (a "
+        "dataset card). Any DPO trainer that reads conversational preference data (trl.DPOTrainer) can train "
+        "on it. Example: selskill export-pairs --exp runs/tiny --round 1 --out exports/tiny-r1",
+    )
+    p.add_argument("--exp", required=True, help="experiment directory (runs/<exp>)")
+    p.add_argument("--round", type=int, required=True, help="the round whose pairs to export")
+    p.add_argument("--out", required=True, help="output directory (data/*.parquet and README.md)")
+    p.add_argument(
+        "--window-n",
+        default="recipe",
+        help="local pairs' loss window the *_window_turns columns name: a number of assistant turns, 'all', or "
+        "'recipe' (default: what the round's train stage recorded, else the recipe default)",
+    )
+    p.add_argument("--recipe", help="the recipe file's name, for the dataset card (a run does not record it)")
+    p.add_argument(
+        "--push-to-hub", metavar="REPO", help="also upload to this hub dataset repo (needs network)"
+    )
+    p.set_defaults(func=_cmd_export_pairs)
 
     p = sub.add_parser(
         "bench",

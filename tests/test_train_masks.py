@@ -76,6 +76,7 @@ def _row(pair_id, kind, prompt, chosen, rejected):
         "candidate_skill": "heat_object",
         "chosen_source": "f1",
         "rejected_source": "f2",
+        "prompt_messages": "[]",
         "chosen_messages": "[]",
         "rejected_messages": "[]",
     }

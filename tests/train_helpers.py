@@ -71,6 +71,14 @@ def render_side(tok, messages: list[tuple[str, str]], first_turn: int = 0):
     return ids, role, turn
 
 
+def chat_messages(messages: list[tuple[str, str]]) -> str:
+    """A pair row's JSON messages for `render_side`'s tuples: a skill's return is a `tool` message, as the
+    runner writes it."""
+    return json.dumps(
+        [{"role": "tool" if who == "skill" else who, "content": text} for who, text in messages]
+    )
+
+
 def pair_row(
     tok,
     pair_id: str,
@@ -110,8 +118,9 @@ def pair_row(
         "candidate_skill": "heat_object" if kind == "local" else "",
         "chosen_source": f"{pair_id}-c",
         "rejected_source": f"{pair_id}-r",
-        "chosen_messages": json.dumps(chosen),
-        "rejected_messages": json.dumps(rejected),
+        "prompt_messages": chat_messages(prompt),
+        "chosen_messages": chat_messages(chosen),
+        "rejected_messages": chat_messages(rejected),
     }
 
 

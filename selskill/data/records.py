@@ -165,6 +165,7 @@ class Pair(_Row):
     candidate_skill: str
     chosen_source: str
     rejected_source: str
+    prompt_messages: str
     chosen_messages: str
     rejected_messages: str
 

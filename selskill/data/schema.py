@@ -150,7 +150,12 @@ PAIR_SCHEMA = pa.schema(
         ("candidate_skill", pa.string()),
         ("chosen_source", pa.string()),  # rollout_id / fork_id the side came from
         ("rejected_source", pa.string()),
-        ("chosen_messages", pa.string()),  # JSON, for humans
+        # JSON lists of {"role", "content"} chat messages (roles system | user | assistant | tool, the
+        # episode's own), split where the token ids are: the prompt's messages end before the branch
+        # turn's assistant message (episode pairs: before the first one); each side's run from that
+        # message through its last assistant message (the reply to it was never tokenized)
+        ("prompt_messages", pa.string()),
+        ("chosen_messages", pa.string()),
         ("rejected_messages", pa.string()),
     ]
 )

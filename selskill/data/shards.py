@@ -73,11 +73,28 @@ def write_json_atomic(obj, path: str | Path) -> None:
     write_text_atomic(json.dumps(obj, indent=1, sort_keys=True) + "\n", path)
 
 
+def _write_parquet(table: pa.Table, path: Path) -> None:
+    if table.num_rows:
+        pq.write_table(table, path, compression="zstd")
+        return
+    # pyarrow writes a 0-row table as one empty row group, on which `datasets`' parquet reader
+    # fails ("BatchSize must be greater than 0"); a file with the schema and no row group at all
+    # reads back as the same empty table everywhere and adds nothing to a `load_dataset`
+    with pq.ParquetWriter(path, table.schema, compression="zstd"):
+        pass
+
+
+def write_parquet_atomic(table: pa.Table, path: str | Path) -> Path:
+    """`table` to `path` via a unique temporary file + rename; a 0-row table keeps its schema and stays
+    readable by `datasets.load_dataset("parquet", ...)`."""
+    return _write_atomic(path, lambda tmp: _write_parquet(table, tmp))
+
+
 def write_shard(rows: pa.Table | Sequence[dict], path: str | Path, kind: str) -> pa.Table:
     """Validate then write `path` via a unique temporary file + rename: readers never see a partial file."""
     table = rows if isinstance(rows, pa.Table) else pa.Table.from_pylist(list(rows), schema=SCHEMAS[kind])
     validate_table(table, kind)
-    _write_atomic(path, lambda tmp: pq.write_table(table, tmp, compression="zstd"))
+    write_parquet_atomic(table, path)
     return table
 
 

@@ -34,6 +34,7 @@ trained, in what mix and how many, is the train section's (`selskill.train.pairs
 
 from __future__ import annotations
 
+import json
 from collections import Counter, defaultdict
 from fractions import Fraction
 
@@ -50,13 +51,33 @@ from selskill.stages.common import (
     shard_items,
 )
 
-CODE_VERSION = 2  # bump when a change alters the rows this stage writes (completed ranks are then refused)
+CODE_VERSION = 3  # bump when a change alters the rows this stage writes (completed ranks are then refused)
 
 
 def completion(token_ids, role, turn, start: int, base_turn: int) -> dict:
     """Completion tokens from `start` with their roles and turn index from the branch."""
     rel = [max(int(t) - base_turn, 0) for t in turn[start:]]
     return {"ids": list(token_ids[start:]), "role": list(role[start:]), "turn": rel}
+
+
+def split_messages(row: dict, turn_index: int) -> tuple[list[dict], list[dict]]:
+    """`row`'s messages cut where its token ids are cut: the prompt is everything before assistant turn
+    `turn_index`'s message, the completion runs from it through the last assistant message.
+
+    The message that answered the last turn (the final observation or skill return) is left
+    out: the episode ended on that turn, so it was never tokenized, and a pair's messages then
+    say exactly what its token ids do. A side with no assistant turn there has an empty completion.
+    """
+    messages = json.loads(row["messages"])
+    turns = row["turns"] or []
+    if turn_index >= len(turns):
+        return messages, []
+    cut = turns[turn_index]["message_index"]
+    return messages[:cut], messages[cut : turns[-1]["message_index"] + 1]
+
+
+def _dumps(messages: list[dict]) -> str:
+    return json.dumps(messages, ensure_ascii=False)
 
 
 def _pair(
@@ -72,6 +93,7 @@ def _pair(
     r_row,
     c_steps,
     r_steps,
+    turn_index=0,
     branch=None,
     c_arm="",
     r_arm="",
@@ -79,6 +101,8 @@ def _pair(
     r_src="",
 ) -> dict:
     b = branch or {}
+    prompt_messages, chosen_messages = split_messages(c_row, turn_index)
+    _, rejected_messages = split_messages(r_row, turn_index)
     return Pair(
         pair_id=f"{kind}/{c_src}>{r_src}",
         kind=kind,
@@ -106,8 +130,9 @@ def _pair(
         candidate_skill=b.get("candidate_skill", ""),
         chosen_source=c_src,
         rejected_source=r_src,
-        chosen_messages=c_row["messages"],
-        rejected_messages=r_row["messages"],
+        prompt_messages=_dumps(prompt_messages),
+        chosen_messages=_dumps(chosen_messages),
+        rejected_messages=_dumps(rejected_messages),
     ).to_row()
 
 
@@ -237,6 +262,7 @@ def local_pair(
         loser,
         winner[col],
         loser[col],
+        turn_index=branch["turn_index"],
         branch=branch,
         c_arm=winner["arm"],
         r_arm=loser["arm"],
