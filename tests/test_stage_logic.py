@@ -1,5 +1,6 @@
 """Branch selection, pair labeling and metrics on hand-built rows (pure functions, exact answers)."""
 
+import json
 import random
 from collections import Counter
 
@@ -64,6 +65,15 @@ def test_turn_score_modes():
     assert turn_scores(row, turn, 1, BranchConfig(branch_score="decision")) == pytest.approx(2.0)
 
 
+def _chat(n_turns: int) -> dict:
+    """`messages` and the `turns` that index them, as the runner writes them: system, task, then an
+    assistant message and its reply per turn."""
+    messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "task"}]
+    for i in range(n_turns):
+        messages += [{"role": "assistant", "content": f"a{i}"}, {"role": "user", "content": f"o{i}"}]
+    return {"messages": json.dumps(messages), "turns": [{"message_index": 2 + 2 * i} for i in range(n_turns)]}
+
+
 def _fork(fid, arm, success, steps, malformed=0, prefix=(1, 2, 3), err=False):
     tail = [10, 11, 12, 13, 14, 15]
     return {
@@ -76,7 +86,7 @@ def _fork(fid, arm, success, steps, malformed=0, prefix=(1, 2, 3), err=False):
         "token_ids": list(prefix) + tail,
         "role": [ROLE_PROMPT, ROLE_ASSISTANT, ROLE_OBSERVATION] + [1, 1, 2, 1, 2, 1],
         "turn": [-1, 0, 0] + [1, 1, 1, 2, 2, 3],
-        "messages": "[]",
+        **_chat(4),
     }
 
 
@@ -106,6 +116,10 @@ def test_success_beats_failure_and_best_per_arm():
     assert p["label_reason"] == "success_vs_failure" and p["chosen_arm"] == "invoke"
     assert p["chosen_source"] == "i1" and p["rejected_source"] == "s0"
     assert p["prompt_ids"] == [1, 2, 3]
+    # messages cut where the ids are: the prompt up to the branch turn's (turn 1) assistant message,
+    # each side from it through its last assistant message (the final reply was never tokenized)
+    assert [m["content"] for m in json.loads(p["prompt_messages"])] == ["s", "task", "a0", "o0"]
+    assert [m["content"] for m in json.loads(p["chosen_messages"])] == ["a1", "o1", "a2", "o2", "a3"]
 
 
 def test_efficiency_ties_and_both_failed():
@@ -221,7 +235,7 @@ def _rollout(rid, success, steps, malformed=0, err=False):
         "token_ids": [5, 6, 7, 8],
         "role": [0, 0, 1, 2],
         "turn": [-1, -1, 0, 0],
-        "messages": "[]",
+        **_chat(1),
     }
 
 
