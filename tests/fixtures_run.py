@@ -269,6 +269,15 @@ def _fork_row(exp, round_, source, branch, arm, k, plan, seed) -> dict:
     }
 
 
+def chat_fields(n_turns: int) -> dict:
+    """`messages` and the `turns` that index them, as the runner writes them: system, task, then an
+    assistant message and its reply per turn."""
+    messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "task"}]
+    for i in range(n_turns):
+        messages += [{"role": "assistant", "content": f"a{i}"}, {"role": "user", "content": f"o{i}"}]
+    return {"messages": json.dumps(messages), "turns": [{"message_index": 2 + 2 * i} for i in range(n_turns)]}
+
+
 def write_fixture_run(runs: str | Path, exp: str = "fixture") -> Path:
     """Write the fixture run under `runs/exp` and return that directory."""
     runs = Path(runs)

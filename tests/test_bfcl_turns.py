@@ -11,6 +11,8 @@ import pytest
 
 pytest.importorskip("bfcl_eval")
 
+from fixtures_run import chat_fields  # noqa: E402
+
 from selskill.agent.bfcl import (  # noqa: E402
     MALFORMED_FEEDBACK,
     BfclEpisodeRunner,
@@ -264,7 +266,7 @@ def _fork(fid, arm, turns, env_steps):
         "token_ids": [1, 2, 3, 10, 11],
         "role": [0, 1, 2, 1, 2],
         "turn": [-1, 0, 0, 1, 1],
-        "messages": "[]",
+        **chat_fields(2),
     }
 
 
@@ -290,7 +292,7 @@ def _rollout(rid, success, turns, env_steps):
     return {"rollout_id": rid, "task_id": "t", "task_type": "base", "round": 1, "success": success,
             "termination": "won" if success else "failed", "n_turns": turns, "env_steps": env_steps,
             "n_malformed": 0, "n_prompt_tokens": 2, "token_ids": [1, 2, 3], "role": [0, 0, 1], "turn": [-1, -1, 0],
-            "messages": "[]"}  # fmt: skip
+            **chat_fields(1)}  # fmt: skip
 
 
 def test_episode_pairs_and_avg_steps_follow_the_benchmark():

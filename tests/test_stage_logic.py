@@ -5,6 +5,7 @@ import random
 from collections import Counter
 
 import pytest
+from fixtures_run import chat_fields
 
 from selskill.data.schema import ROLE_ASSISTANT, ROLE_OBSERVATION, ROLE_PROMPT
 from selskill.metrics import compute_metrics, paired_sr_difference
@@ -65,15 +66,6 @@ def test_turn_score_modes():
     assert turn_scores(row, turn, 1, BranchConfig(branch_score="decision")) == pytest.approx(2.0)
 
 
-def _chat(n_turns: int) -> dict:
-    """`messages` and the `turns` that index them, as the runner writes them: system, task, then an
-    assistant message and its reply per turn."""
-    messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "task"}]
-    for i in range(n_turns):
-        messages += [{"role": "assistant", "content": f"a{i}"}, {"role": "user", "content": f"o{i}"}]
-    return {"messages": json.dumps(messages), "turns": [{"message_index": 2 + 2 * i} for i in range(n_turns)]}
-
-
 def _fork(fid, arm, success, steps, malformed=0, prefix=(1, 2, 3), err=False):
     tail = [10, 11, 12, 13, 14, 15]
     return {
@@ -86,7 +78,7 @@ def _fork(fid, arm, success, steps, malformed=0, prefix=(1, 2, 3), err=False):
         "token_ids": list(prefix) + tail,
         "role": [ROLE_PROMPT, ROLE_ASSISTANT, ROLE_OBSERVATION] + [1, 1, 2, 1, 2, 1],
         "turn": [-1, 0, 0] + [1, 1, 1, 2, 2, 3],
-        **_chat(4),
+        **chat_fields(4),
     }
 
 
@@ -235,7 +227,7 @@ def _rollout(rid, success, steps, malformed=0, err=False):
         "token_ids": [5, 6, 7, 8],
         "role": [0, 0, 1, 2],
         "turn": [-1, -1, 0, 0],
-        **_chat(1),
+        **chat_fields(1),
     }
 
 
