@@ -55,7 +55,11 @@ def main(argv=None) -> int:
     from selskill.train.pairs import build_from_config
     from selskill.train.probe import pair_preferences, summarize_preferences
 
-    recipe = load_recipe(rest)
+    try:
+        recipe = load_recipe(rest)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     run = recipe.run
     table = read_stage(StageDir.of(run.runs_dir, run.exp, run.round, "label"), "pair", run.world_size)
     tok = AutoTokenizer.from_pretrained(models[0][1])

@@ -227,3 +227,52 @@ def test_an_empty_alfworld_data_is_named_with_the_fix(monkeypatch):
         load_recipe(["--config", "recipes/tiny.yaml"])
     monkeypatch.delenv("ALFWORLD_DATA")
     load_recipe(["--config", "recipes/tiny.yaml"])
+
+
+BROKEN = {  # file text, the line the error names, a word of its problem
+    "indentation": ("seed: 1\n  learning_rate: 2\n", 2, "indentation"),
+    "tab": ("seed: 1\n\tlearning_rate: 2\n", 2, "tabs"),
+    "unclosed_bracket": ("seed: 1\neval_splits: [a, b\nlearning_rate: 2\n", 3, "line 2"),
+    "top_level_list": ("- seed: 1\n- learning_rate: 2\n", None, "mapping"),
+    "duplicate_key": ("seed: 1\nlearning_rate: 2\nseed: 3\n", 3, "seed is given twice (lines 1 and 3)"),
+}
+
+
+def _entry_points():
+    """Every way a recipe is parsed: the `selskill` command, a stage's pipeline, the trainer's."""
+    from selskill.cli import main as cli_main
+    from selskill.stages.table import stage_main
+    from selskill.train.run import main as train_main
+
+    return {
+        "selskill train": lambda argv: cli_main(["train", *argv]),
+        "pipelines/label.py": lambda argv: stage_main("label", argv),
+        "pipelines/train_dpo.py": train_main,
+    }
+
+
+@pytest.mark.parametrize("case", BROKEN, ids=str)
+def test_a_broken_recipe_file_is_a_short_error_naming_file_and_line(case, tmp_path, capsys):
+    text, line, problem = BROKEN[case]
+    recipe = tmp_path / "broken.yaml"
+    recipe.write_text(text)
+    for name, entry in _entry_points().items():
+        assert entry(["--config", str(recipe)]) == 2, name
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) <= 3 and "Traceback" not in err, (name, err)
+        assert (f"{recipe}:{line}:" if line else str(recipe)) in err and problem in err, (name, err)
+
+
+def test_an_unknown_key_names_the_closest_valid_keys(tmp_path, capsys):
+    typo = tmp_path / "typo.yaml"
+    typo.write_text(Path("recipes/tiny.yaml").read_text() + "learnign_rate: 0.1\n")
+    for name, entry in _entry_points().items():
+        for argv, where in (
+            (["--config", "recipes/tiny.yaml", "--learnign_rate", "1e-4"], "on the command line"),
+            (["--config", str(typo)], f"in {typo}"),
+        ):
+            assert entry(argv) == 2, name
+            err = capsys.readouterr().err.strip()
+            assert len(err.splitlines()) == 1 and len(err) < 300, (name, err)
+            assert where in err and "learnign_rate (did you mean learning_rate" in err, (name, err)
+            assert "`--help` lists every key" in err

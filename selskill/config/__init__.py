@@ -117,35 +117,53 @@ def parse_sections(argv: Sequence[str] | None = None, dataclass_types: Sequence[
     check_recipe_file(argv)
     check_removed_keys(argv)
     known = {f.name for t in every for f in dataclasses.fields(t)}
-    try:
-        if set(types) == set(every):
-            sections = parser.parse_args_and_config(args=argv)
-        else:
-            *sections, from_file, from_args = parser.parse_args_and_config(
-                args=argv, return_remaining_strings=True, separate_remaining_strings=True
-            )
-            _check_other_sections(from_file, from_args, known)
-    except ValueError as exc:
-        if "Unknown arguments from config file" in str(exc) or "not used by the HfArgumentParser" in str(exc):
-            names = ", ".join(k for k in sorted(known) if not k.startswith("_"))
-            raise ValueError(f"{exc}\nValid keys include: {names[:2000]}") from None
-        raise
+    *sections, from_file, from_args = parser.parse_args_and_config(
+        args=argv, return_remaining_strings=True, separate_remaining_strings=True
+    )
+    # a partial parse leaves the other sections' keys; a whole one leaves only what no section has
+    _check_leftovers(from_file, from_args, known if set(types) != set(every) else set(), argv)
     sections = tuple(sections)
     _fill_owned_elsewhere(sections)
     check_sections(sections)
     return sections
 
 
-def _check_other_sections(from_file: list[str], from_args: list[str], known: set[str]) -> None:
-    """What a partial parse left over must be keys of the other sections (and their values)."""
+def _check_leftovers(
+    from_file: list[str], from_args: list[str], other: set[str], argv: list[str] | None
+) -> None:
+    """What the parse left over must be keys of the sections not built (`other`) and their values."""
 
     def unknown(rest: list[str]) -> list[str]:
-        return [s for s in rest if s.startswith("--") and s[2:].split("=", 1)[0] not in known]
+        return [
+            s[2:].split("=", 1)[0] for s in rest if s.startswith("--") and s[2:].split("=", 1)[0] not in other
+        ]
 
-    if bad := unknown(from_file):
-        raise ValueError(f"Unknown arguments from config file: {bad}")
-    if bad := unknown(from_args):
-        raise ValueError(f"Some specified arguments are not used by the HfArgumentParser: {bad}")
+    paths = _config_paths(list(sys.argv[1:] if argv is None else argv))
+    for rest, where in (
+        (from_file, f"in {paths[0] if paths else 'the recipe'}"),
+        (from_args, "on the command line"),
+    ):
+        if bad := unknown(rest):
+            raise _unknown_keys(bad, where)
+    if not other and from_args:
+        raise ValueError(
+            f"unexpected value on the command line: {' '.join(from_args)} (values follow a --key)"
+        )
+
+
+def _unknown_keys(keys: Sequence[str], where: str) -> ValueError:
+    """One line: each unknown key with the valid keys closest to it."""
+    import difflib
+
+    valid = sorted(
+        {f.name for t in recipe_dataclasses() for f in dataclasses.fields(t) if not f.name.startswith("_")}
+    )
+    parts = []
+    for key in keys:
+        close = difflib.get_close_matches(key, valid, n=3)
+        parts.append(f"{key} (did you mean {' or '.join(close)}?)" if close else key)
+    s = "s" if len(keys) > 1 else ""
+    return ValueError(f"unknown recipe key{s} {where}: {', '.join(parts)}; `--help` lists every key")
 
 
 def _fill_owned_elsewhere(sections: Sequence) -> None:
@@ -236,14 +254,14 @@ def _config_paths(args: list[str]) -> list[str]:
 
 
 def check_removed_keys(argv: Sequence[str] | None) -> None:
-    """Refuse a key of REMOVED_KEYS in the recipe file or on the command line, naming its replacement."""
-    import yaml
+    """Refuse a key of REMOVED_KEYS in the recipe file or on the command line, naming its replacement
+    (reading the file first refuses one that is not a well-formed mapping of distinct keys)."""
+    from selskill.config.recipe_file import read_recipe
 
     args = list(sys.argv[1:] if argv is None else argv)
     used = {a[2:].split("=", 1)[0] for a in args if a.startswith("--")}
     for path in _config_paths(args):
-        data = yaml.safe_load(Path(path).read_text()) or {}
-        used |= set(data) if isinstance(data, dict) else set()
+        used |= set(read_recipe(path))
     for key in sorted(used & set(REMOVED_KEYS)):
         raise ValueError(f"recipe key {key} was removed: {REMOVED_KEYS[key]}")
 

@@ -511,8 +511,13 @@ def parse(argv: Sequence[str] | None = None):
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Train (or dry-run) in this process; under `accelerate launch`, in every process."""
-    run, policy, cfg = parse(argv)
+    """Train (or dry-run) in this process; under `accelerate launch`, in every process.
+    A bad recipe exits 2 with its one-line message, as every other entry point does."""
+    try:
+        run, policy, cfg = parse(argv)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     if cfg.dry_run:
         dry_run(run, policy, cfg)
         return 0
