@@ -154,6 +154,7 @@ def _cmd_import_skills(args: argparse.Namespace) -> int:
         prefix=args.prefix,
         max_body_chars=args.max_body_chars,
         overwrite=args.overwrite,
+        max_file_bytes=args.max_file_bytes or None,
     )
     for source, reason in report.skipped:
         print(f"skipped {source}: {reason}", file=sys.stderr)
@@ -165,6 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
     from selskill.envs.alfworld_gen import SIZES
     from selskill.envs.alfworld_grammar import GRAMMAR_MODES
     from selskill.envs.verify import DEFAULT_MAX_STEPS, EXPERTS
+    from selskill.skills.importer import MAX_FILE_BYTES
 
     parser = argparse.ArgumentParser(
         prog="selskill",
@@ -463,6 +465,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prefix", default="", help="prepended to every name (e.g. pub_)")
     p.add_argument("--max-body-chars", type=int, help="cut longer bodies (marked as truncated)")
     p.add_argument("--overwrite", action="store_true", help="replace skills already in OUT")
+    p.add_argument(
+        "--max-file-bytes",
+        type=int,
+        default=MAX_FILE_BYTES,
+        help=f"skip a larger SKILL.md unread (default {MAX_FILE_BYTES:,}; 0 = no limit)",
+    )
     p.set_defaults(func=_cmd_import_skills)
     return parser
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -389,6 +390,43 @@ def test_import_skills_cli(tmp_path, capsys):
     )
     assert "imported 1 skills" in capsys.readouterr().out
     assert list(load_skills(tmp_path / "o")) == ["pub_a_b"]
+
+
+def test_import_stays_inside_the_source_and_skips_oversized_files(tmp_path, capsys, monkeypatch):
+    """A link that leaves the source is skipped, file or folder; one that stays inside is followed;
+    a SKILL.md over the size cap is skipped on its size, never read."""
+    from selskill.cli import main
+
+    skill = "---\nname: {}\ndescription: Do {}.\n---\nHow.\n"
+    _write(tmp_path / "secret" / "SKILL.md", skill.format("secret", "secret"))
+    src = tmp_path / "src"
+    _write(src / "real" / "SKILL.md", skill.format("real", "real"))
+    (src / "leak").mkdir()
+    (src / "leak" / "SKILL.md").symlink_to(tmp_path / "secret" / "SKILL.md")
+    (src / "leak_dir").symlink_to(tmp_path / "secret", target_is_directory=True)
+    (src / "alias").mkdir()
+    (src / "alias" / "SKILL.md").symlink_to(src / "real" / "SKILL.md")
+    (src / "loop").symlink_to(src, target_is_directory=True)  # inside, and a cycle: walked once
+    _write(src / "huge" / "SKILL.md", skill.format("huge", "huge") + "x" * 5000)
+    read = []
+    original = Path.read_text
+    monkeypatch.setattr(
+        Path, "read_text", lambda self, *a, **k: read.append(self.name) or original(self, *a, **k)
+    )
+
+    report = import_skill_folder(src, max_file_bytes=1000)
+    assert sorted(s.description for s in report.skills) == ["Do real.", "Do real."]  # alias and real
+    skipped = dict(report.skipped)
+    assert skipped[str(src / "leak" / "SKILL.md")].startswith("outside_source: ")
+    assert skipped[str(src / "leak_dir")].startswith("outside_source: ")
+    assert skipped[str(src / "huge" / "SKILL.md")].startswith("too_large: ")
+    assert read.count("SKILL.md") == 2 and "secret" not in str(report.sources)
+
+    assert main(["import-skills", str(src), "--out", str(tmp_path / "o"), "--max-file-bytes", "1000"]) == 0
+    out = capsys.readouterr()
+    assert "outside_source=2" in out.out and "too_large=1" in out.out
+    assert f"skipped {src / 'leak' / 'SKILL.md'}: outside_source" in out.err
+    assert len(import_skill_folder(src, max_file_bytes=None).skills) == 3  # no cap: huge is read
 
 
 def test_snake_name():

@@ -14,6 +14,10 @@ their directory, only its own fields, a `kind`), so imported skills are rewritte
   executor could check); extra front-matter fields and the folder's other files are not
   carried over (the report counts those files).
 
+The walk stays inside `source`: a link (file or folder) that resolves outside it is skipped
+with its reason, since a downloaded collection could otherwise read any file the user can;
+a SKILL.md larger than `max_file_bytes` is skipped on its size, before it is read.
+
 Each result is rendered back to SKILL.md text and parsed with `parse_skill`, so what is
 written is exactly what `load_skills` accepts. A file without front matter, description or
 body is skipped with its reason, never guessed.
@@ -31,6 +35,7 @@ from selskill.skills.loader import NAME_RE, SKILL_FILE, parse_skill, split_front
 from selskill.skills.model import Skill, SkillError, SkillLibrary
 
 TRUNCATION_NOTE = "\n\n[... truncated on import]"
+MAX_FILE_BYTES = 1_000_000  # a SKILL.md is a page of text; far larger is not one
 
 
 @dataclass
@@ -79,8 +84,36 @@ def skill_markdown(skill: Skill) -> str:
     return f"---\n{meta}---\n{skill.body.strip()}\n"
 
 
-def _skill_files(root: Path) -> list[Path]:
-    return sorted(p for p in root.rglob("*") if p.is_file() and p.name.lower() == SKILL_FILE.lower())
+def _walk(root: Path) -> tuple[list[Path], list[tuple[str, str]]]:
+    """Every file below `root` that resolves inside it, and each link that leaves it with its reason.
+
+    Links that stay inside are followed (each resolved folder once, so a link loop ends).
+    """
+    real_root = root.resolve()
+    files: list[Path] = []
+    left: list[tuple[str, str]] = []
+    seen: set[Path] = set()
+    stack = [root]
+    while stack:
+        folder = stack.pop()
+        if folder.resolve() in seen:
+            continue
+        seen.add(folder.resolve())
+        try:
+            entries = sorted(folder.iterdir(), reverse=True)
+        except OSError as exc:
+            left.append((str(folder), f"unreadable: {exc}"))
+            continue
+        for p in entries:
+            real = p.resolve()
+            if not real.is_relative_to(real_root):
+                if p.is_dir() or p.name.lower() == SKILL_FILE.lower():
+                    left.append((str(p), f"outside_source: links to {real}, outside {real_root}"))
+            elif p.is_dir():
+                stack.append(p)
+            elif p.is_file():
+                files.append(p)
+    return sorted(files), sorted(left)
 
 
 def import_skill_folder(
@@ -89,27 +122,34 @@ def import_skill_folder(
     prefix: str = "",
     max_body_chars: int | None = None,
     overwrite: bool = False,
+    max_file_bytes: int | None = MAX_FILE_BYTES,
 ) -> ImportReport:
     """Every SKILL.md below `source` as a memory skill; with `out`, also written to `out/<name>/SKILL.md`.
 
-    Refuses to write over an existing `out/<name>/SKILL.md` unless `overwrite`.
+    Refuses to write over an existing `out/<name>/SKILL.md` unless `overwrite`; `max_file_bytes=None`
+    reads a SKILL.md of any size.
     """
     root = Path(source)
     if not root.is_dir():
         raise FileNotFoundError(f"{root}: not a directory")
     report = ImportReport()
-    files = _skill_files(root)
+    found, report.skipped = _walk(root)
+    files = [p for p in found if p.name.lower() == SKILL_FILE.lower()]
     skill_dirs = {f.parent for f in files}
     skill_files = set(files)
     report.other_files = sum(
-        1
-        for p in root.rglob("*")
-        if p.is_file() and p not in skill_files and any(d in skill_dirs for d in p.parents)
+        1 for p in found if p not in skill_files and any(d in skill_dirs for d in p.parents)
     )
     taken: set[str] = set()
     for path in files:
         shown = str(path)
         try:
+            size = path.stat().st_size
+            if max_file_bytes is not None and size > max_file_bytes:
+                report.skipped.append(
+                    (shown, f"too_large: {size} bytes, over max_file_bytes {max_file_bytes}")
+                )
+                continue
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             report.skipped.append((shown, f"unreadable: {exc}"))
