@@ -13,28 +13,23 @@ written to runs/<exp>/round_<r>/probe_pairs.json (or --out). selskill.train.prob
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
 
 
-def _split(argv: list[str]) -> tuple[list[tuple[str, str]], str | None, list[str]]:
-    models, out, rest, i = [], None, [], 0
-    while i < len(argv):
-        if argv[i] == "--models":
-            i += 1
-            while i < len(argv) and not argv[i].startswith("--"):
-                name, _, path = argv[i].partition("=")
-                if not path:
-                    raise SystemExit(f"error: --models takes NAME=PATH entries, got {argv[i]!r}")
-                models.append((name, path))
-                i += 1
-        elif argv[i] == "--out":
-            out, i = argv[i + 1], i + 2
-        else:
-            rest.append(argv[i])
-            i += 1
-    return models, out, rest
+def _own_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    """This script's options; every other argument is the recipe's (--config, --exp, --round, ...)."""
+    ap = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    ap.add_argument("--models", nargs="+", default=[], metavar="NAME=PATH")
+    ap.add_argument("--out")
+    args, rest = ap.parse_known_args(argv)
+    for entry in args.models:
+        if not entry.partition("=")[2]:
+            raise ValueError(f"--models takes NAME=PATH entries, got {entry!r}")
+    args.models = [tuple(entry.split("=", 1)) for entry in args.models]
+    return args, rest
 
 
 def main(argv=None) -> int:
@@ -42,7 +37,12 @@ def main(argv=None) -> int:
     if "-h" in argv or "--help" in argv:
         print(__doc__)
         return 0
-    models, out, rest = _split(argv)
+    try:
+        args, rest = _own_args(argv)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    models, out = args.models, args.out
     if not models:
         print("error: give --models NAME=PATH [NAME=PATH ...] (the first is the reference)", file=sys.stderr)
         return 2
@@ -63,9 +63,8 @@ def main(argv=None) -> int:
     run = recipe.run
     table = read_stage(StageDir.of(run.runs_dir, run.exp, run.round, "label"), "pair", run.world_size)
     tok = AutoTokenizer.from_pretrained(models[0][1])
-    examples, stats = build_from_config(table, recipe.train, tok)
+    examples, _ = build_from_config(table, recipe.train, tok)
     print(f"{len(examples)} trainable pairs of {table.num_rows}", file=sys.stderr)
-    torch.manual_seed(run.seed)
     rows: dict[str, list[dict]] = {}
     for name, path in models:
         model = AutoModelForCausalLM.from_pretrained(path, torch_dtype=torch.float32).eval()

@@ -209,16 +209,19 @@ def test_branch_pool_filter_and_pair_cap():
 
 def test_label_reason_filter_keeps_episode_pairs():
     side = ([5, 6], [A, A], [0, 0])
-    rows = [_row(f"l{i}", "local", [START, 9], side, side) for i in range(4)]
+    rows = [_row(f"l{i}", "local", [START, 9], side, side) for i in range(5)]
     for i, row in enumerate(rows):
         row["label_reason"] = "success_vs_failure" if i % 2 == 0 else "efficiency"
+    rows[4]["label_reason"] = "success_rate"
     rows.append(_row("e0", "episode", [START, 9], side, side) | {"label_reason": "success_vs_failure"})
     table = pa.Table.from_pylist(rows, schema=PAIR_SCHEMA)
     svf, stats = build_examples(table, local_reasons="success_vs_failure")
-    assert [e["pair_id"] for e in svf] == ["l0", "l2", "e0"] and stats.other_reason["local"] == 2
+    assert [e["pair_id"] for e in svf] == ["l0", "l2", "e0"] and stats.other_reason["local"] == 3
     eff, _ = build_examples(table, local_reasons="efficiency")
     assert [e["pair_id"] for e in eff] == ["l1", "l3", "e0"]
-    assert len(build_examples(table)[0]) == 5
+    rate, _ = build_examples(table, local_reasons="success_rate")
+    assert [e["pair_id"] for e in rate] == ["l4", "e0"]
+    assert len(build_examples(table)[0]) == 6
 
 
 def test_a_side_without_trainable_tokens_is_skipped():

@@ -17,7 +17,7 @@ from trl import DPOConfig
 PAIR_KIND_CHOICES = ("episode", "local", "both")
 OVERFLOW_CHOICES = ("skip", "error")
 BRANCH_POOL_CHOICES = ("all", "ordinary", "post_skill")
-LOCAL_REASON_CHOICES = ("all", "success_vs_failure", "efficiency")
+LOCAL_REASON_CHOICES = ("all", "success_vs_failure", "success_rate", "efficiency")
 
 
 def bf16_available() -> bool:
@@ -108,8 +108,9 @@ class TrainConfig(DPOConfig):
     train_local_reasons: str = field(
         default="all",
         metadata={
-            "help": "local pairs kept by their label reason: all, success_vs_failure (one arm won, the other lost) "
-            "or efficiency (both won, fewer steps chosen). An efficiency label rests on a step count that the "
+            "help": "local pairs kept by their label reason: all, success_vs_failure (one arm won, the other lost), "
+            "success_rate (label_arm_rule success_rate: both arms won, one more often) or efficiency (both won, "
+            "fewer steps chosen). An efficiency label rests on a step count that the "
             "continuations' own sampling moves as much as the decision, and on the decision budget it mostly "
             "prefers skipping. Episode pairs are not affected.",
             "choices": list(LOCAL_REASON_CHOICES),

@@ -182,9 +182,14 @@ def episode_pairs(
     return out
 
 
+def _usable(forks: list[dict]) -> list[dict]:
+    """An arm's continuations that count as samples: one the engine broke (`error`) is none."""
+    return [f for f in forks if f["termination"] != "error"]
+
+
 def _best(forks: list[dict], col: str = "steps_after_branch") -> dict | None:
     """Best continuation of an arm: success, then no malformed turn, then fewest steps after the branch."""
-    usable = [f for f in forks if f["termination"] != "error"]
+    usable = _usable(forks)
     if not usable:
         return None
     return min(
@@ -199,8 +204,8 @@ def _best(forks: list[dict], col: str = "steps_after_branch") -> dict | None:
 
 
 def _success_rate(forks: list[dict]) -> Fraction:
-    """Share of an arm's usable continuations that succeeded (an engine error is no sample)."""
-    usable = [f for f in forks if f["termination"] != "error"]
+    """Share of an arm's usable continuations that succeeded."""
+    usable = _usable(forks)
     return Fraction(sum(1 for f in usable if f["success"]), len(usable))
 
 

@@ -35,7 +35,7 @@ def first_divergence(a: Sequence[int], b: Sequence[int]) -> int | None:
 
 
 def _side(model, prompt: list[int], completion: list[int], mask: list[int], divergence: int | None):
-    """(summed log-prob over the loss window, log-probs at the divergence position, argmax there)."""
+    """(summed log-prob over the loss window, log-probs over the vocabulary at the divergence position)."""
     import torch
 
     ids = torch.tensor([prompt + completion], dtype=torch.long)
