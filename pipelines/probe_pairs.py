@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from pathlib import Path
 
@@ -51,6 +52,7 @@ def main(argv=None) -> int:
 
     from selskill.config import load_recipe
     from selskill.data.layout import StageDir, round_dir
+    from selskill.logs import ROOT
     from selskill.stages.common import read_stage
     from selskill.train.pairs import build_from_config
     from selskill.train.probe import pair_preferences, summarize_preferences
@@ -60,11 +62,12 @@ def main(argv=None) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    log = logging.getLogger(f"{ROOT}.probe_pairs")
     run = recipe.run
     table = read_stage(StageDir.of(run.runs_dir, run.exp, run.round, "label"), "pair", run.world_size)
     tok = AutoTokenizer.from_pretrained(models[0][1])
     examples, _ = build_from_config(table, recipe.train, tok)
-    print(f"{len(examples)} trainable pairs of {table.num_rows}", file=sys.stderr)
+    log.info(f"{len(examples)} trainable pairs of {table.num_rows}")
     rows: dict[str, list[dict]] = {}
     for name, path in models:
         model = AutoModelForCausalLM.from_pretrained(path, torch_dtype=torch.float32).eval()
@@ -93,7 +96,7 @@ def main(argv=None) -> int:
             print(f"{name} | {kind} | " + " | ".join(vals))
     path = Path(out) if out else round_dir(run.runs_dir, run.exp, run.round) / "probe_pairs.json"
     path.write_text(json.dumps({"models": dict(models), "summary": summary, "pairs": rows}, indent=1))
-    print(f"wrote {path}", file=sys.stderr)
+    log.info(f"wrote {path}")
     return 0
 
 

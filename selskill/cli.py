@@ -472,7 +472,27 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"skip a larger SKILL.md unread (default {MAX_FILE_BYTES:,}; 0 = no limit)",
     )
     p.set_defaults(func=_cmd_import_skills)
+    _add_log_level(
+        [p for name, p in sub.choices.items() if name not in ("train", "bench")], bsub.choices.values()
+    )
     return parser
+
+
+def _add_log_level(*parsers) -> None:
+    """`--log_level` on every subcommand; those that take a recipe have it as the recipe key `log_level`."""
+    from selskill.logs import CHOICES
+
+    for group in parsers:
+        for p in group:
+            if not p.get_default("takes_recipe"):
+                p.add_argument(
+                    "--log_level",
+                    "--log-level",
+                    default="info",
+                    choices=CHOICES,
+                    metavar="LEVEL",
+                    help="how much to say on stderr: debug, info (default), warning, error or critical",
+                )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -483,8 +503,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     elif unknown:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     from selskill.executors import StageFailed
+    from selskill.logs import configure
     from selskill.stages.common import StageRefused
 
+    configure(getattr(args, "log_level", "info"))  # a recipe's log_level applies once it is parsed
     try:
         return args.func(args)
     # bad input, or a rank refused (another writer, recorded inputs that differ): what and the fix, no traceback

@@ -47,6 +47,7 @@ from selskill.metrics import (
     sum_yields,
 )
 from selskill.metrics import paired_sr_difference as _paired
+from selskill.tracking import log_report_plots
 
 EVAL_COLUMNS = [
     "task_id",
@@ -930,4 +931,5 @@ def build_report(exp_dir: str | Path, n_boot: int = 2000, seed: int = 0) -> Repo
         tmp = path.with_name(path.name + ".tmp")
         tmp.write_text(text, encoding="utf-8")
         tmp.replace(path)
+    log_report_plots(exp_dir, plots)
     return Report(md, page, plots, notes)

@@ -125,7 +125,18 @@ def parse_sections(argv: Sequence[str] | None = None, dataclass_types: Sequence[
     sections = tuple(sections)
     _fill_owned_elsewhere(sections)
     check_sections(sections)
+    _apply_log_level(sections)
     return sections
+
+
+def _apply_log_level(sections: Sequence) -> None:
+    """The recipe's `log_level` from here on: every process of a run parses its recipe (stage workers and
+    relaunched trainers rebuild it from its command line), so each says as much as the user asked for."""
+    from selskill.logs import configure
+
+    for section in sections:
+        if hasattr(section, "log_level"):
+            configure(section.log_level)
 
 
 def _check_leftovers(

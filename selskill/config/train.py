@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 
 from trl import DPOConfig
 
+from selskill.logs import CHOICES as LOG_LEVELS
+
 PAIR_KIND_CHOICES = ("episode", "local", "both")
 OVERFLOW_CHOICES = ("skip", "error")
 BRANCH_POOL_CHOICES = ("all", "ordinary", "post_skill")
@@ -175,6 +177,17 @@ class TrainConfig(DPOConfig):
             "size and number of steps; load no weights and train nothing"
         },
     )
+    # TrainingArguments' key, for the whole run: selskill's messages in every process (selskill.logs) and, when
+    # the train stage runs, transformers' (TRL's meaning); any case, as Python's level names are upper case
+    log_level: str = field(
+        default="passive",
+        metadata={
+            "help": "how much selskill says, in every process of the run: debug, info, warning, error or critical "
+            "(any case; passive = info and leaves transformers' level alone); the train stage also sets "
+            "transformers' level to it",
+            "choices": list(LOG_LEVELS),
+        },
+    )
     # TRL turns bf16 on by default, which fails on a CPU-only machine when a recipe does not mention it.
     # Here None means: on where an accelerator supports it, off elsewhere. Recipes set it explicitly.
     bf16: bool | None = field(
@@ -183,6 +196,7 @@ class TrainConfig(DPOConfig):
     )
 
     def __post_init__(self):
+        self.log_level = self.log_level.lower()
         if self.train_pair_kinds not in PAIR_KIND_CHOICES:
             raise ValueError(
                 f"train_pair_kinds must be one of {', '.join(PAIR_KIND_CHOICES)}; got {self.train_pair_kinds!r}"

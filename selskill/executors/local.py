@@ -8,11 +8,14 @@ under `if __name__ == "__main__":` (docs/design.md, "Concurrent writers").
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from concurrent.futures import ProcessPoolExecutor
 
 from selskill.executors.base import Executor, Stage, raise_failures, recipe_argv, run_rank_from_argv
+
+logger = logging.getLogger(__name__)
 
 
 class LocalExecutor(Executor):
@@ -37,10 +40,7 @@ class LocalExecutor(Executor):
         argv, cwd = recipe_argv(recipe), os.getcwd()
         workers = min(n, self.workers or n)
         threads = worker_threads(workers)
-        print(
-            f"{stage.name}: {n} ranks in {workers} worker processes, {threads} torch thread(s) each",
-            flush=True,
-        )
+        logger.info(f"{stage.name}: {n} ranks in {workers} worker processes, {threads} torch thread(s) each")
         failures = {}
         context = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(

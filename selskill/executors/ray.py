@@ -9,9 +9,12 @@ recomputes it from scratch).
 
 from __future__ import annotations
 
+import logging
 import os
 
 from selskill.executors.base import Executor, Stage, raise_failures, recipe_argv, run_rank_from_argv
+
+logger = logging.getLogger(__name__)
 
 
 def import_ray():
@@ -57,7 +60,7 @@ class RayExecutor(Executor):
         gpus = stage.gpus(self.gpus_per_task, self.train_gpus)
         task = ray.remote(num_cpus=self.cpus_per_task, num_gpus=gpus)(run_rank_from_argv)
         argv, cwd = recipe_argv(recipe), os.getcwd()
-        print(f"{stage.name}: {n} Ray task{'s' if n > 1 else ''}", flush=True)
+        logger.info(f"{stage.name}: {n} Ray task{'s' if n > 1 else ''}")
         refs = {rank: task.remote(stage, argv, rank, n, cwd) for rank in range(n)}
         failures = {}
         for rank, ref in refs.items():

@@ -22,6 +22,7 @@ the same `fork_*` keys and label with the same `label_*` keys.
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
@@ -32,6 +33,8 @@ from selskill.executors import Executor, StageFailed, make_executor
 from selskill.stages.common import StageRefused, read_stage
 from selskill.stages.replication import link_shared
 from selskill.stages.table import round_stages
+
+logger = logging.getLogger(__name__)
 
 OUTCOMES: tuple[str, ...] = ("invoke", "skip", "none")
 SHARED = ("sample", "branch")  # what the second run links: the same branch points of the same rollouts
@@ -186,5 +189,5 @@ def run_label_agreement(
     out = round_dir(run.runs_dir, other, run.round) / RESULT_FILE
     write_json_atomic(result, out)
     print(format_agreement(result))
-    print(f"wrote {out}")
+    logger.info(f"wrote {out}")
     return result

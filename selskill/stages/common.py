@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import logging
 import os
 import time
 from collections import Counter
@@ -41,6 +42,8 @@ from selskill.data.shards import (
     write_shard,
     write_text_atomic,
 )
+
+logger = logging.getLogger(__name__)
 
 # Keys that say where, as whom or how fast a stage runs, not what it computes: they are not
 # part of a rank's recorded inputs (each episode samples from its own seeded generator, so
@@ -239,7 +242,7 @@ class StageInputs:
 
 
 @contextmanager
-def rank_lock(stage: StageDir, rank: int, log: Callable[[str], None] = print) -> Iterator[None]:
+def rank_lock(stage: StageDir, rank: int, log: Callable[[str], None] = logger.info) -> Iterator[None]:
     """Hold `locks/NNNNN.lock` of this rank (flock, released by the kernel if the process dies)."""
     import fcntl
     import socket
@@ -284,7 +287,7 @@ def run_rank(
     run,
     inputs: StageInputs,
     compute: Callable[[StageStats], list[dict]],
-    log: Callable[[str], None] = print,
+    log: Callable[[str], None] = logger.info,
 ) -> bool:
     """Compute and persist rank `run.rank` under its lock; returns False when it was complete and skipped.
 
@@ -394,7 +397,7 @@ def read_stage(stage: StageDir, kind: str, world_size: int | None = None):
     return read_shards([stage.shard(r) for r in sorted(markers)], kind, name)
 
 
-def record_skipped_games(stats: StageStats | None, index, log: Callable[[str], None] = print) -> None:
+def record_skipped_games(stats: StageStats | None, index, log: Callable[[str], None] = logger.info) -> None:
     """Games the index skipped (unreadable, unsupported, ...): counted in the stage's stats and said."""
     if not index.skipped:
         return

@@ -22,6 +22,7 @@ checked, the stage seconds and the commit the code ran on).
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import time
@@ -32,6 +33,8 @@ from selskill.data.layout import resolve_round_policy, round_dir
 from selskill.data.shards import write_json_atomic
 from selskill.stages.round import paired_sr_between, run_round
 from selskill.train.run import NoTrainablePairs
+
+logger = logging.getLogger(__name__)
 
 PAIR_VARIANTS: dict[str, dict[str, str]] = {
     "episode-only": {"train_pair_kinds": "episode"},
@@ -261,10 +264,10 @@ def run_replication(argv: list[str], ablations: bool = True) -> dict:
         table, tok = round_1_pairs(base)
         counts = {name: trainable_pairs(base, o, table, tok) for name, o in PAIR_VARIANTS.items()}
         matched = min((c for c in counts.values() if c > 0), default=0)
-        print(f"round-1 pairs per ablation: {counts}; matched count: {matched}")
+        logger.info(f"round-1 pairs per ablation: {counts}; matched count: {matched}")
         for name, overrides in PAIR_VARIANTS.items():
             if counts[name] == 0:
-                print(f"skipping {name}: no trainable pair")
+                logger.warning(f"skipping {name}: no trainable pair")
                 continue
             link_shared(runs_dir, main, f"{main}-{name}", SHARED_FOR_PAIRS)
             args = base + _args(overrides | {"exp": f"{main}-{name}", "train_max_pairs": str(matched)})
@@ -275,7 +278,7 @@ def run_replication(argv: list[str], ablations: bool = True) -> dict:
             try:
                 run_round(load_recipe(args))
             except NoTrainablePairs as exc:  # its pair yield is the result; the table shows no SR
-                print(f"skipping the training of {name}: {exc}")
+                logger.warning(f"skipping the training of {name}: {exc}")
     summary = summary_rows(runs_dir, main)
     summary["paired_sr"] = paired_differences(runs_dir, main, summary["split"])
     summary["targets"] = check_targets(summary, summary["paired_sr"])

@@ -3,7 +3,8 @@
 Every way of running a round reads this table: `selskill round` / `make round` /
 `pipelines/round.py` hand it to the recipe's executor, and `pipelines/<stage>.py` /
 `python -m selskill.stages <stage>` run one rank of one entry (what each Slurm array task
-runs). The adapters below only pick a stage's recipe sections; the stages themselves
+runs). The adapters below only pick a stage's recipe sections, and log the stage to wandb
+once its ranks are complete (`selskill.stages.wandb_log`); the stages themselves
 (`selskill/stages/<stage>.py`) are unchanged, so a row is the same whichever executor or
 entry point computed it.
 """
@@ -20,6 +21,7 @@ from selskill.config import Recipe, load_recipe
 from selskill.data.layout import policy_dir, resolve_round_policy, round_dir
 from selskill.executors.base import Stage, StageFailed
 from selskill.stages.common import StageRefused
+from selskill.stages.wandb_log import log_stage
 
 
 def ensure_init_policy(recipe: Recipe) -> Path | None:
@@ -68,32 +70,41 @@ def init_stage(recipe: Recipe) -> Path | None:
     start = resolve_round_policy(run, recipe.policy)[0]
     if not round_dir(run.runs_dir, run.exp, 0).is_symlink():
         run0 = dataclasses.replace(run, round=0, rank=0, world_size=1, redo=False)
-        run_eval(run0, recipe.policy, recipe.rollout, recipe.eval, recipe.seed, model_path=start)
+        if run_eval(run0, recipe.policy, recipe.rollout, recipe.eval, recipe.seed, model_path=start):
+            log_stage(recipe, "eval", run0)
     return built
 
 
 def sample_stage(recipe: Recipe):
     from selskill.stages.sample import run_sample
 
-    return run_sample(recipe.run, recipe.policy, recipe.rollout, recipe.sample, recipe.seed)
+    computed = run_sample(recipe.run, recipe.policy, recipe.rollout, recipe.sample, recipe.seed)
+    log_stage(recipe, "sample")
+    return computed
 
 
 def branch_stage(recipe: Recipe):
     from selskill.stages.branch import run_branch
 
-    return run_branch(recipe.run, recipe.policy, recipe.rollout, recipe.branch, recipe.seed)
+    computed = run_branch(recipe.run, recipe.policy, recipe.rollout, recipe.branch, recipe.seed)
+    log_stage(recipe, "branch")
+    return computed
 
 
 def fork_stage(recipe: Recipe):
     from selskill.stages.fork import run_fork
 
-    return run_fork(recipe.run, recipe.policy, recipe.rollout, recipe.fork, recipe.seed)
+    computed = run_fork(recipe.run, recipe.policy, recipe.rollout, recipe.fork, recipe.seed)
+    log_stage(recipe, "fork")
+    return computed
 
 
 def label_stage(recipe: Recipe):
     from selskill.stages.label import run_label
 
-    return run_label(recipe.run, recipe.label, recipe.seed)
+    computed = run_label(recipe.run, recipe.label, recipe.seed)
+    log_stage(recipe, "label")
+    return computed
 
 
 def train_stage(recipe: Recipe) -> None:
@@ -107,7 +118,10 @@ def train_stage(recipe: Recipe) -> None:
 def eval_stage(recipe: Recipe):
     from selskill.stages.evaluate import run_eval
 
-    return run_eval(recipe.run, recipe.policy, recipe.rollout, recipe.eval, recipe.seed)
+    metrics = run_eval(recipe.run, recipe.policy, recipe.rollout, recipe.eval, recipe.seed)
+    if metrics is not None:  # this rank found every rank complete and wrote metrics.json
+        log_stage(recipe, "eval")
+    return metrics
 
 
 def _markers_complete(name: str, recipe: Recipe) -> bool:

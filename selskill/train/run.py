@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import logging
 import math
 import os
 import secrets
@@ -33,6 +34,9 @@ from pathlib import Path
 
 from selskill.data.layout import StageDir, check_model_source, resolve_round_policy
 from selskill.data.shards import read_shards, write_json_atomic, write_text_atomic
+from selskill.tracking import offline_by_default, wandb_wanted
+
+logger = logging.getLogger(__name__)
 
 COMPLETED = "COMPLETED"
 DATASET_DIR = "dataset"
@@ -131,7 +135,7 @@ def build_train_dataset(shards: Sequence[Path], cfg, tokenizer, out_dir: Path, i
     if is_main and not (stamp.is_file() and json.loads(stamp.read_text()).get("key") == key):
         table = read_shards(shards, "pair")
         examples, stats = build_from_config(table, cfg, tokenizer)
-        print(stats.report(), flush=True)
+        logger.info(stats.report())
         if not examples:
             raise ValueError(
                 f"no trainable pairs in {len(shards)} shard(s) at {shards[0].parent} "
@@ -150,26 +154,13 @@ def build_train_dataset(shards: Sequence[Path], cfg, tokenizer, out_dir: Path, i
 # --- wandb ----------------------------------------------------------------------------------------------
 
 
-def _wandb_key_configured() -> bool:
-    if os.environ.get("WANDB_API_KEY"):
-        return True
-    try:
-        import netrc
-
-        return netrc.netrc().authenticators("api.wandb.ai") is not None
-    except (OSError, netrc.NetrcParseError):
-        return False
-
-
 def setup_wandb(run, cfg, stage_path: Path, is_main: bool) -> None:
-    """wandb run with group=<exp>, job_type=train; offline without a key; off when WANDB_MODE=disabled."""
-    if "wandb" not in (cfg.report_to or []):
+    """wandb run with group=<exp>, job_type=train, like every stage's (`selskill.tracking`): offline unless
+    WANDB_MODE says otherwise; off when WANDB_MODE=disabled."""
+    if not wandb_wanted(cfg.report_to):
+        cfg.report_to = [r for r in cfg.report_to or [] if r != "wandb"]
         return
-    if os.environ.get("WANDB_MODE", "").lower() == "disabled":
-        cfg.report_to = [r for r in cfg.report_to if r != "wandb"]
-        return
-    if not os.environ.get("WANDB_MODE") and not _wandb_key_configured():
-        os.environ["WANDB_MODE"] = "offline"
+    offline_by_default()
     os.environ.setdefault("WANDB_PROJECT", run.wandb_project)
     if not is_main:
         return
@@ -305,7 +296,9 @@ def run_train(run, policy, cfg) -> Path:
     done = stage.path / COMPLETED
     if done.exists() and not run.redo:
         if state.is_main_process:
-            print(f"train: {stage.path} is complete ({COMPLETED} exists); rerun with --redo to train again")
+            logger.info(
+                f"train: {stage.path} is complete ({COMPLETED} exists); rerun with --redo to train again"
+            )
         return stage.path
     shards = pair_shards(run)
     model_path, source = resolve_round_policy(run, policy)
@@ -331,10 +324,7 @@ def run_train(run, policy, cfg) -> Path:
     cfg.trust_remote_code = policy.trust_remote_code
     if state.is_main_process:
         write_resolved_config(stage.config, run, policy, cfg)
-        print(
-            f"train: round {run.round} of {run.exp!r} from {model_path} ({source}) -> {stage.path}",
-            flush=True,
-        )
+        logger.info(f"train: round {run.round} of {run.exp!r} from {model_path} ({source}) -> {stage.path}")
 
     tokenizer = AutoTokenizer.from_pretrained(model_path, trust_remote_code=policy.trust_remote_code)
     with state.main_process_first():
@@ -356,11 +346,11 @@ def run_train(run, policy, cfg) -> Path:
     state.wait_for_everyone()  # every process has chosen before the main one moves anything
     if state.is_main_process:
         for ckpt, problem in broken:
-            print(f"train: skipping {ckpt}: {problem}; moved it to {set_aside(ckpt)}", flush=True)
+            logger.warning(f"train: skipping {ckpt}: {problem}; moved it to {set_aside(ckpt)}")
         if last:
-            print(f"train: resuming from {last}", flush=True)
+            logger.info(f"train: resuming from {last}")
         elif broken:
-            print("train: no complete checkpoint left: training from the start", flush=True)
+            logger.info("train: no complete checkpoint left: training from the start")
     state.wait_for_everyone()
     resumed_at = json.loads((last / "trainer_state.json").read_text())["global_step"] if last else 0
     result = trainer.train(resume_from_checkpoint=str(last) if last else None)
@@ -397,7 +387,7 @@ def run_train(run, policy, cfg) -> Path:
             },
             done,
         )
-        print(f"train: wrote {final} and {done}", flush=True)
+        logger.info(f"train: wrote {final} and {done}")
     state.wait_for_everyone()
     if "wandb" in (cfg.report_to or []) and state.is_main_process:
         import wandb
@@ -560,7 +550,7 @@ def launch_parsed(run, policy, cfg, argv: Sequence[str] | None) -> int:
         "selskill.train.run",
         *argv,
     ]
-    print(f"selskill train: {shlex.join(cmd)}", flush=True)
+    logger.info(f"selskill train: {shlex.join(cmd)}")
     return subprocess.call(cmd)
 
 
