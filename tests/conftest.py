@@ -12,6 +12,14 @@ import pytest  # noqa: E402
 from selskill.envs import alfworld_gen  # noqa: E402
 
 
+@pytest.fixture(autouse=True)
+def _selskill_messages_at_info():
+    """Every test starts as a command does: selskill's messages at INFO on stderr (a level a test set stays)."""
+    from selskill.logs import configure
+
+    configure("info")
+
+
 @pytest.fixture(scope="session")
 def small_games(tmp_path_factory):
     """One generated train game per task type (small scenes), written like ALFWorld data."""

@@ -4,6 +4,7 @@ it back), every stage, DPO, the report."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 
 import pyarrow.parquet as pq
@@ -53,7 +54,6 @@ per_device_train_batch_size: 1
 gradient_accumulation_steps: 1
 learning_rate: 1.0e-4
 save_strategy: "no"
-report_to: none
 seed: 0
 """
 
@@ -68,8 +68,11 @@ def round_dir(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("bfcl_round")
     recipe_path = root / "recipe.yaml"
+    # every stage logs to its offline wandb run where wandb is installed (an optional dependency)
+    report_to = "wandb" if importlib.util.find_spec("wandb") else "none"
     recipe_path.write_text(
-        RECIPE + f"runs_dir: {root / 'runs'}\nmodel_name_or_path: {root / 'init' / 'model'}\n"
+        RECIPE
+        + f"runs_dir: {root / 'runs'}\nmodel_name_or_path: {root / 'init' / 'model'}\nreport_to: {report_to}\n"
     )
     argv = ["--config", str(recipe_path)]
     recipe = load_recipe(argv)
@@ -90,7 +93,9 @@ def round_dir(tmp_path_factory):
         listing_style=recipe.rollout.listing_style,
         progress=False,
     )
-    summary = run_round(recipe)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("WANDB_MODE", "offline")
+        summary = run_round(recipe)
     return root / "runs" / "bfcl", summary
 
 
@@ -131,6 +136,34 @@ def test_a_bfcl_round_writes_schema_valid_shards_and_trains(round_dir):
         assert overall["avg_steps"] == rows[0]["env_steps"]  # Avg. Steps = function-call steps
         assert set(metrics["splits"]["train"]["by_task_type"]) == {"base"}
     assert summary["benchmark"] == "bfcl" and "metrics_round_1" in summary
+
+
+def test_every_stage_of_the_round_logged_its_figures_to_an_offline_wandb_run(round_dir):
+    pytest.importorskip("wandb")
+    from test_tracking import read_run
+
+    exp_dir, summary = round_dir
+    for round_, stage in [(0, "eval"), *((1, s) for s in ("sample", "branch", "fork", "label", "eval"))]:
+        run, logged = read_run(exp_dir / f"round_{round_}" / stage)
+        assert (run["run_group"], run["job_type"], run["display_name"]) == (
+            "bfcl",
+            stage,
+            f"bfcl-round{round_}-{stage}",
+        )
+        assert logged["round"] == round_ and f"{stage}/seconds" in logged
+    _, sample = read_run(exp_dir / "round_1" / "sample")
+    rows = _rows(exp_dir, 1, "sample", "rollout")
+    assert sample["sample/success_rate"] == sum(r["success"] for r in rows) / len(rows)
+    _, label = read_run(exp_dir / "round_1" / "label")
+    assert {k: label[f"label/pairs_by_kind/{k}"] for k in summary["pairs_by_kind"]} == summary[
+        "pairs_by_kind"
+    ]
+    _, evaluation = read_run(exp_dir / "round_1" / "eval")
+    overall = summary["metrics_round_1"]["splits"]["train"]["overall"]
+    assert evaluation["eval/train/sr"] == overall["sr"] and "eval/train/delta_sr" in evaluation
+    # the train stage's run (TRL's report_to) is in the same group
+    run, _ = read_run(exp_dir / "round_1" / "train")
+    assert (run["run_group"], run["job_type"]) == ("bfcl", "train")
 
 
 def test_the_report_shows_the_bfcl_round(round_dir):

@@ -255,7 +255,21 @@ def test_local_worker_processes_give_the_in_process_rows(recipe_file, in_process
     # the executor starts every rank again; the stage itself skips the complete ones
     capsys.readouterr()
     LocalExecutor(workers=1).run(_recipe(recipe_file, runs), [SAMPLE])
-    assert capsys.readouterr().out.count("already complete, skipping") == 2
+    assert capsys.readouterr().err.count("already complete, skipping") == 2
+
+
+def test_worker_processes_say_as_much_as_the_recipes_log_level(recipe_file, in_process, tmp_path, capfd):
+    """Spawned workers parse the recipe's command line, log_level included: WARNING silences their INFO lines."""
+    import shutil
+
+    runs = tmp_path / "runs"
+    shutil.copytree(in_process[0], runs)
+    for level, lines in (("WARNING", 0), ("info", 2)):
+        recipe = _recipe(recipe_file, runs, "--local_workers", "2", "--log_level", level)
+        make_executor(recipe).run(recipe, [SAMPLE])
+        err = capfd.readouterr().err
+        assert err.count("already complete, skipping") == lines, err[-2000:]
+        assert ("sample: 2 ranks in 2 worker processes" in err) == bool(lines)
 
 
 def test_ray_tasks_give_the_in_process_rows(recipe_file, in_process, tmp_path):

@@ -200,7 +200,7 @@ def test_the_sample_stage_refuses_a_changed_recipe_and_records_its_seed(recipe, 
     err = capsys.readouterr().err
     assert "sample_k: 1 -> 3" in err and "seed: 3 -> 7" in err and "--redo" in err
     assert _inproc("sample", recipe, "--sample_max_tasks", "1", "--sample_k", "1") == 0  # unchanged: reused
-    assert "already complete, skipping" in capsys.readouterr().out
+    assert "already complete, skipping" in capsys.readouterr().err
 
 
 # --- 3. a marker over a truncated shard ------------------------------------------------------------------
@@ -352,7 +352,7 @@ def test_the_train_stage_resumes_from_the_last_complete_checkpoint(tmp_path, mon
     monkeypatch.setattr(trainer_mod, "SelSkillDPOTrainer", StandIn)
     argv = ["--config", str(ROOT / "recipes" / "tiny.yaml"), "--runs_dir", str(tmp_path), "--exp", "t"]
     run_train(*parse([*argv, "--round", "1", "--report_to", "none"]))
-    out = capsys.readouterr().out
+    out = capsys.readouterr().err
     assert resumed == [str(train_dir / "checkpoint-3")]
     assert (
         f"skipping {bad}: model.safetensors is truncated" in out
@@ -450,7 +450,7 @@ def test_an_unreadable_game_is_counted_in_the_stats_and_said(tmp_path, small_gam
     stats = StageStats()
     tasks, index = task_list(RunConfig(games_dir=str(games)), "train", 0, stats)
     assert len(tasks) == 5 and stats.extra["games_skipped"] == {"unreadable_game_file": 1}
-    assert "skipped: unreadable_game_file=1" in capsys.readouterr().out
+    assert "skipped: unreadable_game_file=1" in capsys.readouterr().err
     stage = StageDir(tmp_path / "sample")
     stage.stats.mkdir(parents=True)
     stage.stats_file(0).write_text(json.dumps(stats.to_dict()))

@@ -241,7 +241,7 @@ def test_the_eval_stage_records_the_option_and_writes_the_headroom(recipe, tmp_p
     )
     capsys.readouterr()
     assert stage_main("eval", ["--config", str(recipe), "--eval_headroom", "true"]) == 0
-    assert "eval: rank 0 already complete, skipping" in capsys.readouterr().out
+    assert "eval: rank 0 already complete, skipping" in capsys.readouterr().err
     assert BY_NAME["eval"].complete(with_option) and _rows(partner) == without
     assert json.loads((eval_dir.path / "metrics.json").read_text())["headroom"] == metrics["headroom"]
     # a rerun without the option is a changed input: refused, naming it

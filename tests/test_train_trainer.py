@@ -350,13 +350,13 @@ def test_short_run_lowers_the_loss_changes_parameters_and_resumes(tok, tmp_path,
     # a complete round is skipped; an interrupted one resumes from its last checkpoint
     capsys.readouterr()
     run_train(*parse(_argv(tmp_path, "--max_steps", "6")))
-    assert "is complete" in capsys.readouterr().out
+    assert "is complete" in capsys.readouterr().err
     (train_dir / "COMPLETED").unlink()
     import shutil
 
     shutil.rmtree(train_dir / "model")
     run_train(*parse(_argv(tmp_path, "--max_steps", "8", "--save_steps", "3")))
-    out = capsys.readouterr().out
+    out = capsys.readouterr().err
     assert f"resuming from {train_dir / 'checkpoint-6'}" in out
     resumed = json.loads((train_dir / "COMPLETED").read_text())
     assert resumed["global_step"] == 8 and resumed["logged_losses"][:6] == done["logged_losses"]

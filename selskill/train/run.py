@@ -34,7 +34,6 @@ from pathlib import Path
 
 from selskill.data.layout import StageDir, check_model_source, resolve_round_policy
 from selskill.data.shards import read_shards, write_json_atomic, write_text_atomic
-from selskill.tracking import offline_by_default, wandb_wanted
 
 logger = logging.getLogger(__name__)
 
@@ -157,6 +156,8 @@ def build_train_dataset(shards: Sequence[Path], cfg, tokenizer, out_dir: Path, i
 def setup_wandb(run, cfg, stage_path: Path, is_main: bool) -> None:
     """wandb run with group=<exp>, job_type=train, like every stage's (`selskill.tracking`): offline unless
     WANDB_MODE says otherwise; off when WANDB_MODE=disabled."""
+    from selskill.tracking import offline_by_default, wandb_wanted
+
     if not wandb_wanted(cfg.report_to):
         cfg.report_to = [r for r in cfg.report_to or [] if r != "wandb"]
         return
