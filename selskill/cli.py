@@ -482,8 +482,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.recipe_args = unknown  # --config RECIPE and --key value overrides, checked by TrlParser
     elif unknown:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    from selskill.data.contract import StageRefused
     from selskill.executors import StageFailed
-    from selskill.stages.common import StageRefused
 
     try:
         return args.func(args)

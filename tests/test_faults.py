@@ -24,17 +24,12 @@ import yaml
 from fixtures_run import rollout_row
 from test_pipeline_stages import _inproc, recipe  # noqa: F401 (the fixture)
 
-from selskill.config import PolicyConfig, RunConfig, changed_settings
+from selskill.config import PolicyConfig, RunConfig
+from selskill.data.contract import StageRefused, read_stage
+from selskill.data.inputs import StageInputs, changed_settings
 from selskill.data.layout import StageDir, check_model_source, resolve_round_policy
 from selskill.data.shards import ShardError, write_shard
-from selskill.stages.common import (
-    StageInputs,
-    StageRefused,
-    StageStats,
-    collect_stats,
-    read_stage,
-    run_rank,
-)
+from selskill.stages.common import StageStats, collect_stats, run_rank
 from selskill.stages.label import LabelConfig, run_label
 from selskill.stages.sample import SampleConfig, task_list
 
