@@ -27,7 +27,7 @@ from selskill.cli import main as selskill
 from selskill.config import PolicyConfig
 from selskill.data.contract import StageRefused
 from selskill.data.layout import StageDir
-from selskill.train.run import INPUTS_FILE, parse, resumable_checkpoint, run_train
+from selskill.train.run import INPUTS_FILE, dry_run, parse, resumable_checkpoint, run_train
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled"}
@@ -167,6 +167,9 @@ def test_a_label_stage_that_does_not_verify_is_refused_naming_the_file(runs, cap
     assert rc == 2 and len(err.strip().splitlines()) == 1 and expected in err, err
     train = runs / "t" / "round_1" / "train"
     assert not (train / "dataset").exists() and not (train / "COMPLETED").exists()
+    lines = []
+    info = dry_run(*parse(_argv(runs, "--dry_run")), out=lines.append)  # counts no unverified pair
+    assert info["pairs"] is None and any(expected in line and "not complete" in line for line in lines)
 
 
 # --- inputs changed after training ------------------------------------------------------------------------

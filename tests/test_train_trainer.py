@@ -389,16 +389,18 @@ def test_errors_name_the_missing_input_and_the_fix(tok, tmp_path, capsys):
 
     run, policy, cfg = parse(_argv(tmp_path))
     with pytest.raises(
-        FileNotFoundError, match=r"no pair shards in .*round_1/label/shards: run the label stage"
-    ):
-        run_train(run, policy, cfg)
-    write_label_stage(tmp_path, "t", 1, [fixture_rows(tok, 2)])
-    with pytest.raises(
         FileNotFoundError, match=r"no policy at .*round_0/train/model .*build the init policy"
     ):
         run_train(run, policy, cfg)
+    init = tmp_path / "t" / "round_0" / "train" / "model"
+    tok.save_pretrained(init)
+    micro_model(tok).save_pretrained(init)
+    with pytest.raises(
+        FileNotFoundError, match=r"no pair shards in .*round_1/label/shards: run the label stage"
+    ):
+        run_train(run, policy, cfg)
     run, policy, cfg = parse(_argv(tmp_path, "--round", "3"))
-    with pytest.raises(FileNotFoundError, match=r"round_3/label/shards"):
+    with pytest.raises(FileNotFoundError, match=r"no policy at .*round_2/train/model.*finish round 2 first"):
         run_train(run, policy, cfg)
     with pytest.raises(
         ValueError, match="train_window_n must be a positive number of assistant turns or 'all'"

@@ -415,9 +415,9 @@ def _train_locked(run, policy, cfg, state, stage: StageDir) -> None:
 
     from selskill.train.trainer import SelSkillDPOTrainer
 
+    model_path, source = resolve_round_policy(run, policy)
     label = StageDir.of(run.runs_dir, run.exp, run.round, "label")
     check_stage(label, run.world_size, "pair")
-    model_path, source = resolve_round_policy(run, policy)
     check_model_source(model_path, f"the policy round {run.round} trains")
     inputs = train_inputs(cfg, model_path)
     record = inputs.record(stage)
