@@ -482,13 +482,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.recipe_args = unknown  # --config RECIPE and --key value overrides, checked by TrlParser
     elif unknown:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    from selskill.data.contract import StageRefused
+    from selskill.data.shards import ShardError
     from selskill.executors import StageFailed
-    from selskill.stages.common import StageRefused
 
     try:
         return args.func(args)
-    # bad input, or a rank refused (another writer, recorded inputs that differ): what and the fix, no traceback
-    except (FileNotFoundError, FileExistsError, ValueError, StageRefused, StageFailed) as exc:
+    # bad input, a shard that does not match its marker, or a rank refused (another writer, recorded inputs that
+    # differ): what and the fix, no traceback
+    except (FileNotFoundError, FileExistsError, ValueError, ShardError, StageRefused, StageFailed) as exc:
         print(f"selskill {args.command}: error: {exc}", file=sys.stderr)
         return 2
 

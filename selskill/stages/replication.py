@@ -74,8 +74,8 @@ def round_1_pairs(argv: list[str]):
     """The main line's round-1 pair table and its policy's tokenizer (read once for all variants)."""
     from transformers import AutoTokenizer
 
+    from selskill.data.contract import read_stage
     from selskill.data.layout import StageDir
-    from selskill.stages.common import read_stage
 
     recipe = load_recipe(argv)
     run = recipe.run
