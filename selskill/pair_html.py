@@ -80,18 +80,6 @@ def _token_spans(
     return spans
 
 
-def render_tokens(
-    ids: Sequence[int],
-    roles: Sequence[int] | None = None,
-    mask: Sequence[int] | None = None,
-    turns: Sequence[int] | None = None,
-    tokenizer=None,
-    start: int = 0,
-) -> str:
-    """One <span class="tok ..."> per token: role class, plus `in-loss` where mask == 1."""
-    return _macros().tokens(_token_spans(ids, roles, mask, turns, tokenizer, start))
-
-
 # --- a pair -------------------------------------------------------------------------------
 
 
@@ -174,10 +162,6 @@ def _side(pair: Mapping, side: str, tokenizer, max_tokens: int | None, window_n:
 
 def _legend_items() -> list[tuple[str, str]]:
     return [(c, ROLE_LABELS[r]) for r, c in ROLE_CLASSES.items()] + [(IN_LOSS, "in the loss mask (trained)")]
-
-
-def legend() -> str:
-    return _macros().legend(_legend_items())
 
 
 def render_pair(

@@ -281,7 +281,7 @@ def test_the_page_escapes_every_text_it_shows(tmp_path):
         def handle_data(self, data):
             self.text.append(data)
 
-    texts = ["<script>alert(1)</script>", 'a "q" & \'b\'', "<b>note</b>", "<td>cell", "x | y"]
+    texts = ["<script>alert(1)</script>", "a \"q\" & 'b'", "<b>note</b>", "<td>cell", "x | y"]
     blocks = [
         ("h", 2, texts[0]),
         ("p", texts[1]),
