@@ -127,9 +127,9 @@ def test_trl_contract():
     from trl import DPOTrainer
     from trl.trainer.dpo_trainer import DataCollatorForPreference
 
-    pin = re.search(r'"trl==([^"]+)"', (ROOT / "pyproject.toml").read_text()).group(1)
+    pin = re.search(r"^trl==(\S+)$", (ROOT / "constraints.txt").read_text(), re.M).group(1)
     assert trl.__version__ == pin == TRL_VERSION, (
-        f"trl {trl.__version__} is installed, pyproject pins {pin}, selskill.train.trainer was checked against "
+        f"trl {trl.__version__} is installed, constraints.txt pins {pin}, selskill.train.trainer was checked against "
         f"{TRL_VERSION}: install the pinned trl, or re-verify the trainer against the new one and update all three"
     )
     overridden = {n for n in vars(SelSkillDPOTrainer) if hasattr(DPOTrainer, n) and not n.startswith("__")}
