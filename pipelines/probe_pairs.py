@@ -51,9 +51,9 @@ def main(argv=None) -> int:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from selskill.config import load_recipe
+    from selskill.data.contract import read_stage
     from selskill.data.layout import StageDir, round_dir
     from selskill.logs import ROOT
-    from selskill.stages.common import read_stage
     from selskill.train.pairs import build_from_config
     from selskill.train.probe import pair_preferences, summarize_preferences
 

@@ -7,7 +7,7 @@
 `run_dir` is always an experiment directory, `runs/<exp>`: the directory that holds
 `round_<r>/` (what `selskill report --exp` and the notebook take, and where `report.md` is
 written), not the recipe's `runs_dir`. A stage is read the way the next stage reads it
-(`selskill.stages.common.read_stage`): every rank complete, every shard checked against
+(`selskill.data.contract.read_stage`): every rank complete, every shard checked against
 its marker and the schema, so a half-finished or corrupt stage fails naming the file
 instead of yielding part of its rows; ranks that kept no rows add nothing. The rows are
 read into memory (Arrow), which suits the CPU-scale runs a notebook looks at.
@@ -75,7 +75,7 @@ def load_stage(run_dir: str | Path, round: int, stage: str):
     sd, kind = _stage_dir(run_dir, round, stage)
     from datasets import Dataset
 
-    from selskill.stages.common import read_stage
+    from selskill.data.contract import read_stage
 
     return Dataset(read_stage(sd, kind))
 

@@ -39,6 +39,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from selskill import markdown
 from selskill.skills.distractors import library_of_size
 from selskill.skills.model import SkillLibrary
 from selskill.skills.retrieval import (
@@ -339,17 +340,27 @@ def _pct(v) -> str:
 
 
 def format_table(rows: Sequence[dict]) -> str:
-    lines = [
-        "| env | skills | mode | scorer | events | R@1 | R@3 | R@5 | R@3 early | R@3 mid | R@3 late |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+    headers = [
+        "env",
+        "skills",
+        "mode",
+        "scorer",
+        "events",
+        "R@1",
+        "R@3",
+        "R@5",
+        "R@3 early",
+        "R@3 mid",
+        "R@3 late",
     ]
-    for r in rows:
-        lines.append(
-            f"| {r['env']} | {r['size']} | {r['mode']} | {r['scorer']} | {r['events']} | "
-            + " | ".join(_pct(r[c]) for c in ("R@1", "R@3", "R@5", "R@3_early", "R@3_mid", "R@3_late"))
-            + " |"
-        )
-    return "\n".join(lines)
+    recall = ("R@1", "R@3", "R@5", "R@3_early", "R@3_mid", "R@3_late")
+    return markdown.table(
+        headers,
+        [
+            [r["env"], r["size"], r["mode"], r["scorer"], r["events"], *(_pct(r[c]) for c in recall)]
+            for r in rows
+        ],
+    )
 
 
 def bench_retrieval(

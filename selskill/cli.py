@@ -9,6 +9,24 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+# top-level module -> the extra that installs it (pyproject.toml): a subcommand that needs a
+# package the install lacks says which extra to add instead of a traceback
+EXTRA_OF = {
+    "torch": "train",
+    "transformers": "train",
+    "tokenizers": "train",
+    "trl": "train",
+    "accelerate": "train",
+    "bm25s": "train",
+    "alfworld": "alfworld",
+    "textworld": "alfworld",
+    "mpmath": "bfcl",
+    "deepspeed": "deepspeed",
+    "wandb": "wandb",
+    "vllm": "vllm",
+    "ray": "ray",
+}
+
 
 def _cmd_gen_games(args: argparse.Namespace) -> int:
     from selskill.envs.alfworld_gen import TASK_TYPES, generate_games
@@ -502,16 +520,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.recipe_args = unknown  # --config RECIPE and --key value overrides, checked by TrlParser
     elif unknown:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    from selskill.data.contract import StageRefused
+    from selskill.data.shards import ShardError
     from selskill.executors import StageFailed
     from selskill.logs import configure
-    from selskill.stages.common import StageRefused
 
     configure(getattr(args, "log_level", "info"))  # a recipe's log_level applies once it is parsed
     try:
         return args.func(args)
-    # bad input, or a rank refused (another writer, recorded inputs that differ): what and the fix, no traceback
-    except (FileNotFoundError, FileExistsError, ValueError, StageRefused, StageFailed) as exc:
+    # bad input, a shard that does not match its marker, or a rank refused (another writer, recorded inputs that
+    # differ): what and the fix, no traceback
+    except (FileNotFoundError, FileExistsError, ValueError, ShardError, StageRefused, StageFailed) as exc:
         print(f"selskill {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except ModuleNotFoundError as exc:
+        module = (exc.name or "").partition(".")[0]
+        extra = EXTRA_OF.get(module)
+        if extra is None:
+            raise
+        print(
+            f"selskill {args.command}: error: this needs {module}, which is not installed: "
+            f"pip install 'selskill[{extra}]'",
+            file=sys.stderr,
+        )
         return 2
 
 

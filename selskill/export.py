@@ -31,9 +31,9 @@ import pyarrow as pa
 import yaml
 
 from selskill.config.train import TrainConfig, parse_window_n
+from selskill.data.contract import read_stage
 from selskill.data.layout import StageDir
 from selskill.data.shards import write_parquet_atomic, write_text_atomic
-from selskill.stages.common import read_stage
 from selskill.train.pairs import loss_mask
 
 CHAT_ROLES = ("system", "user", "assistant", "tool")

@@ -15,17 +15,21 @@
   turns / turns.
 
 Confidence intervals are 95% percentile bootstraps over episodes (seeded, so a report is
-reproducible); ratio metrics resample episodes, not calls. `sum_yields` adds up the label
+reproducible); ratio metrics resample episodes, not calls. Every metric is a ratio of sums over
+episodes, so a resample is a vector of draw counts (numpy's multinomial) and all resamples are
+one matrix product; the point estimate is the same function with every count 1, so the two
+cannot define a metric differently. `sum_yields` adds up the label
 stage's pair yields over ranks, for the report and the replication alike (neither imports
 the other).
 """
 
 from __future__ import annotations
 
-import random
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 METRICS = ("sr", "exec_prec", "sr_invoke", "sr_skip", "skill_per_ep", "avg_steps", "malformed_rate")
 LABELS = {
@@ -67,58 +71,72 @@ def step_measure(benchmark: str = "alfworld") -> StepMeasure:
         raise ValueError(f"unknown benchmark {benchmark!r}; choose from {', '.join(STEP_MEASURES)}") from None
 
 
-def _episode(row: dict, steps: str = "n_turns") -> tuple:
-    return (
-        bool(row["success"]),
-        int(row["n_skill_calls"]),
-        int(row["n_precise_calls"]),
-        int(row["env_steps"]),
-        int(row["n_malformed"]),
-        int(row["n_turns"]),
-        int(row[steps]),
-    )
+# an episode's counts, one row of the matrix the metrics are sums over
+SUCCESS, CALLS, PRECISE, MALFORMED, TURNS, STEPS = range(6)
 
 
-def _point(eps: Sequence[tuple]) -> dict:
-    n = len(eps)
-    if n == 0:
-        return {m: None for m in METRICS} | {"episodes": 0}
-    calls = sum(e[1] for e in eps)
-    invoked = [e for e in eps if e[1] > 0]
-    skipped = [e for e in eps if e[1] == 0]
-    turns = sum(e[5] for e in eps)
+def _episodes(rows: Sequence[dict], steps: str) -> np.ndarray:
+    columns = ("success", "n_skill_calls", "n_precise_calls", "n_malformed", "n_turns", steps)
+    return np.array([[int(r[c]) for c in columns] for r in rows], dtype=np.int64).reshape(-1, len(columns))
+
+
+def _ratio(num: np.ndarray, den: np.ndarray, empty: float = np.nan) -> np.ndarray:
+    return np.divide(num, den, out=np.full(len(num), empty), where=den > 0)
+
+
+def _weighted(eps: np.ndarray, counts: np.ndarray) -> dict[str, np.ndarray]:
+    """Every metric, plus the counts they are built from, for each row of `counts` (how many
+    times each episode is drawn); NaN where a draw leaves a metric undefined."""
+    invoked = eps[:, CALLS] > 0
+    n, won, calls = counts.sum(axis=1), counts @ eps[:, SUCCESS], counts @ eps[:, CALLS]
+    n_invoked, won_invoked = counts @ invoked, counts @ (eps[:, SUCCESS] * invoked)
     return {
         "episodes": n,
-        "sr": sum(e[0] for e in eps) / n,
-        "exec_prec": sum(e[2] for e in eps) / calls if calls else None,
-        "sr_invoke": sum(e[0] for e in invoked) / len(invoked) if invoked else None,
-        "sr_skip": sum(e[0] for e in skipped) / len(skipped) if skipped else None,
-        "skill_per_ep": calls / n,
-        "avg_steps": sum(e[6] for e in eps) / n,
-        "malformed_rate": sum(e[4] for e in eps) / turns if turns else 0.0,
+        "sr": _ratio(won, n),
+        "exec_prec": _ratio(counts @ eps[:, PRECISE], calls),
+        "sr_invoke": _ratio(won_invoked, n_invoked),
+        "sr_skip": _ratio(won - won_invoked, n - n_invoked),
+        "skill_per_ep": _ratio(calls, n),
+        "avg_steps": _ratio(counts @ eps[:, STEPS], n),
+        "malformed_rate": _ratio(counts @ eps[:, MALFORMED], counts @ eps[:, TURNS], empty=0.0),
         "skill_calls": calls,
-        "episodes_invoked": len(invoked),
+        "episodes_invoked": n_invoked,
     }
+
+
+def _draw_counts(n: int, n_boot: int, seed: int) -> np.ndarray:
+    """`n_boot` bootstrap resamples of n items, each as how many times it draws every item."""
+    return np.random.default_rng(seed).multinomial(n, np.full(n, 1 / n), size=n_boot)
+
+
+def _interval(values: np.ndarray) -> list[float]:
+    """The 95% percentile interval: the 2.5% and 97.5% order statistics (lower rank)."""
+    lo, hi = np.quantile(values, [0.025, 0.975], method="lower")
+    return [float(lo), float(hi)]
 
 
 def compute_metrics(rows: Sequence[dict], n_boot: int = 1000, seed: int = 0, steps: str = "n_turns") -> dict:
     """Point estimates and 95% bootstrap intervals of every metric; `steps`: the row column Avg. Steps
     averages (`step_measure(env).episode`)."""
-    eps = [_episode(r, steps) for r in rows]
-    out = _point(eps)
-    if not eps or n_boot <= 0:
+    eps = _episodes(rows, steps)
+    n = len(eps)
+    if n == 0:
+        return {m: None for m in METRICS} | {"episodes": 0, "ci": {}}
+    point = _weighted(eps, np.ones((1, n), dtype=np.int64))
+    out = {"episodes": n}
+    out |= {m: None if np.isnan(point[m][0]) else float(point[m][0]) for m in METRICS}
+    out |= {
+        "skill_calls": int(point["skill_calls"][0]),
+        "episodes_invoked": int(point["episodes_invoked"][0]),
+    }
+    if n_boot <= 0:
         return out | {"ci": {}}
-    rng = random.Random(seed)
-    samples = defaultdict(list)
-    for _ in range(n_boot):
-        draw = _point([eps[rng.randrange(len(eps))] for _ in eps])
-        for m in METRICS:
-            if draw[m] is not None:
-                samples[m].append(draw[m])
+    draws = _weighted(eps, _draw_counts(n, n_boot, seed))
     ci = {}
-    for m, vals in samples.items():
-        vals.sort()
-        ci[m] = [vals[int(0.025 * (len(vals) - 1))], vals[int(0.975 * (len(vals) - 1))]]
+    for m in METRICS:
+        defined = draws[m][~np.isnan(draws[m])]
+        if len(defined):
+            ci[m] = _interval(defined)
     return out | {"ci": ci}
 
 
@@ -139,13 +157,12 @@ def paired_sr_difference(a: Sequence[dict], b: Sequence[dict], n_boot: int = 200
     common = sorted(set(sa) & set(sb))
     if not common:
         return {"tasks": 0, "diff": None, "ci": None}
-    diffs = [int(sb[t]) - int(sa[t]) for t in common]
-    rng = random.Random(seed)
-    boots = sorted(sum(diffs[rng.randrange(len(diffs))] for _ in diffs) / len(diffs) for _ in range(n_boot))
+    diffs = np.array([int(sb[t]) - int(sa[t]) for t in common])
+    n = len(diffs)
     return {
-        "tasks": len(common),
-        "diff": sum(diffs) / len(diffs),
-        "ci": [boots[int(0.025 * (n_boot - 1))], boots[int(0.975 * (n_boot - 1))]],
+        "tasks": n,
+        "diff": float(diffs.sum() / n),
+        "ci": _interval(_draw_counts(n, n_boot, seed) @ diffs / n),
     }
 
 

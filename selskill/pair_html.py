@@ -6,7 +6,8 @@ the branch point (marked), every token is coloured by its role (prompt/system, a
 observation, skill return) and the tokens DPO trains on are highlighted: the loss window
 for `window_n` turns, built by the trainer's own `loss_mask` from each token's role and
 turn (pair rows store no mask, so the view cannot disagree with what is trained). Tokens are decoded one by one with the
-tokenizer when one is given, else shown as token ids. All text is escaped.
+tokenizer when one is given, else shown as token ids. The markup is jinja2's
+(selskill/templates/pair.html.j2), autoescaped: every text, decoded tokens included, is escaped.
 
 Pair rows carry roles for completion tokens only; pass `prompt_roles` (e.g. from
 `prefix_roles(pair, sources)` with the source rollout/fork rows) to colour the prefix too.
@@ -17,10 +18,10 @@ Also: `matches` / `filter_pairs` (by kind, label reason, task type), `yield_rows
 
 from __future__ import annotations
 
-import html
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 
+from selskill import templates
 from selskill.train.pairs import loss_mask
 
 ROLE_CLASSES = {0: "r-prompt", 1: "r-assistant", 2: "r-observation", 3: "r-skill"}
@@ -29,34 +30,14 @@ UNKNOWN_ROLE = "r-prefix"
 IN_LOSS = "in-loss"
 BRANCH_CLASS = "branch-point"
 
-STYLE = """<style>
-.selskill-pair{font-family:system-ui,sans-serif;font-size:13px;line-height:1.5}
-.selskill-pair .meta td{padding:1px 8px 1px 0;vertical-align:top}
-.selskill-pair .toks{font-family:ui-monospace,monospace;white-space:pre-wrap;word-break:break-word;
-  border:1px solid #ddd;padding:6px;border-radius:4px;max-height:40em;overflow:auto}
-.selskill-pair .ids .tok{margin-right:.35em}
-.selskill-pair .sides{display:grid;grid-template-columns:1fr 1fr;gap:10px}
-.selskill-pair .side h4{margin:6px 0}
-.selskill-pair .chosen h4{color:#17650b}.selskill-pair .rejected h4{color:#9b1c1c}
-.selskill-pair .tok{border-radius:2px}
-.selskill-pair .r-prompt{background:#eeeeee;color:#555}
-.selskill-pair .r-prefix{background:#f4f4f4;color:#555}
-.selskill-pair .r-assistant{background:#dbeafe;color:#1e3a8a}
-.selskill-pair .r-observation{background:#fef3c7;color:#78350f}
-.selskill-pair .r-skill{background:#ede9fe;color:#5b21b6}
-.selskill-pair .in-loss{background:#86efac;color:#052e16;outline:1px solid #16a34a}
-.selskill-pair .branch-point,.selskill-pair .branch-key{display:inline-block;background:#dc2626;color:#fff;font-weight:bold;
-  padding:0 4px;margin:0 3px;border-radius:3px}
-.selskill-pair .omitted{color:#888;font-style:italic}
-.selskill-pair .legend span{margin-right:8px;padding:0 4px}
-.selskill-table{border-collapse:collapse;font-size:13px}
-.selskill-table th,.selskill-table td{border:1px solid #ccc;padding:2px 8px;text-align:left}
-.selskill-table th{background:#f3f3f3}
-</style>"""
+
+def _macros():
+    return templates.macros("pair.html.j2")
 
 
-def esc(value) -> str:
-    return html.escape("" if value is None else str(value), quote=True)
+def stylesheet() -> str:
+    """The views' <style> (render_pair, yield_table and pairs_table include it)."""
+    return _macros().style()
 
 
 # --- tokens -------------------------------------------------------------------------------
@@ -75,36 +56,28 @@ def token_texts(ids: Sequence[int], tokenizer=None) -> list[str]:
     return out
 
 
-def render_tokens(
+def _token_spans(
     ids: Sequence[int],
     roles: Sequence[int] | None = None,
     mask: Sequence[int] | None = None,
     turns: Sequence[int] | None = None,
     tokenizer=None,
     start: int = 0,
-) -> str:
-    """One <span class="tok ..."> per token: role class, plus `in-loss` where mask == 1."""
+) -> list[dict]:
     texts = token_texts(ids, tokenizer)
-    parts = []
+    spans = []
     for i, (tid, text) in enumerate(zip(ids, texts, strict=True)):
         role = None if roles is None else int(roles[i])
         cls = ["tok", ROLE_CLASSES.get(role, UNKNOWN_ROLE)]
-        in_loss = mask is not None and int(mask[i]) == 1
-        if in_loss:
+        if mask is not None and int(mask[i]) == 1:
             cls.append(IN_LOSS)
         title = f"#{start + i} id={int(tid)} role={ROLE_LABELS.get(role, 'prefix')}"
         if turns is not None:
             title += f" turn={int(turns[i])}"
         if mask is not None:
             title += f" loss={int(mask[i])}"
-        parts.append(
-            f'<span class="{" ".join(cls)}" data-i="{start + i}" title="{esc(title)}">{esc(text)}</span>'
-        )
-    return "".join(parts)
-
-
-def _toks_div(body: str, tokenizer) -> str:
-    return f'<div class="toks{"" if tokenizer is not None else " ids"}">{body}</div>'
+        spans.append({"cls": " ".join(cls), "i": start + i, "title": title, "text": text})
+    return spans
 
 
 # --- a pair -------------------------------------------------------------------------------
@@ -124,7 +97,7 @@ def prefix_roles(pair: Mapping, sources: Mapping[str, Mapping]) -> list[int] | N
     return None
 
 
-def _meta_table(pair: Mapping, window_n: int | None) -> str:
+def _meta_rows(pair: Mapping, window_n: int | None) -> list[tuple[str, object]]:
     rows = [
         ("pair", pair.get("pair_id")),
         ("kind / reason", f"{pair.get('kind')} / {pair.get('label_reason')}"),
@@ -140,34 +113,30 @@ def _meta_table(pair: Mapping, window_n: int | None) -> str:
         )
     n = window_n if pair.get("kind") == "local" else None
     rows.append(("loss window", "all assistant turns" if n is None else f"first {n} assistant turns"))
-    body = "".join(f"<tr><td><b>{esc(k)}</b></td><td>{esc(v)}</td></tr>" for k, v in rows)
-    return f'<table class="meta">{body}</table>'
+    return rows
 
 
-def _prefix_html(pair: Mapping, tokenizer, prompt_roles, max_prefix_tokens: int) -> str:
+def _prefix(pair: Mapping, tokenizer, prompt_roles, max_prefix_tokens: int) -> dict:
     ids = list(pair["prompt_ids"])
     n = len(ids)
     roles = list(prompt_roles) if prompt_roles is not None and len(prompt_roles) == n else None
 
-    def part(a: int, b: int) -> str:
-        return render_tokens(ids[a:b], None if roles is None else roles[a:b], tokenizer=tokenizer, start=a)
+    def part(a: int, b: int) -> list[dict]:
+        return _token_spans(ids[a:b], None if roles is None else roles[a:b], tokenizer=tokenizer, start=a)
 
-    if n > max_prefix_tokens:
-        head = min(32, max_prefix_tokens // 4)
-        tail = max_prefix_tokens - head
-        body = (
-            part(0, head)
-            + f'<span class="omitted"> … {n - head - tail} prefix tokens omitted … </span>'
-            + part(n - tail, n)
-        )
-    else:
-        body = part(0, n)
-    is_open = "" if n > max_prefix_tokens else " open"
-    summary = f"shared prefix: {n} tokens (identical for both sides; shown once)"
-    return f'<details class="prefix"{is_open}><summary>{esc(summary)}</summary>{_toks_div(body, tokenizer)}</details>'
+    out = {
+        "open": n <= max_prefix_tokens,
+        "summary": f"shared prefix: {n} tokens (identical for both sides; shown once)",
+    }
+    if n <= max_prefix_tokens:
+        return out | {"head": part(0, n), "omitted": None, "tail": []}
+    head = min(32, max_prefix_tokens // 4)
+    tail = max_prefix_tokens - head
+    omitted = f" … {n - head - tail} prefix tokens omitted … "
+    return out | {"head": part(0, head), "omitted": omitted, "tail": part(n - tail, n)}
 
 
-def _side_html(pair: Mapping, side: str, tokenizer, max_tokens: int | None, window_n: int | None) -> str:
+def _side(pair: Mapping, side: str, tokenizer, max_tokens: int | None, window_n: int | None) -> dict:
     ids = list(pair[f"{side}_ids"])
     roles = list(pair[f"{side}_role"])
     turns = list(pair[f"{side}_turn"])
@@ -180,26 +149,19 @@ def _side_html(pair: Mapping, side: str, tokenizer, max_tokens: int | None, wind
         f"{side}{f' — {arm} arm' if arm else ''}: {ok}, {pair.get(f'{side}_steps')} {steps_label}, "
         f"{len(ids)} tokens, {sum(int(m) for m in mask)} in the loss"
     )
-    marker = (
-        f'<span class="{BRANCH_CLASS}" title="branch point: the completion starts here '
-        f'(prefix length {len(pair["prompt_ids"])})">⑂ branch</span>'
-    )
-    body = marker + render_tokens(
-        ids[:shown], roles[:shown], mask[:shown], turns[:shown], tokenizer, start=len(pair["prompt_ids"])
-    )
-    if shown < len(ids):
-        body += f'<span class="omitted"> … {len(ids) - shown} more tokens</span>'
-    src = pair.get(f"{side}_source")
-    return (
-        f'<div class="side {side}"><h4>{esc(title)}</h4>'
-        f'<div style="color:#666">source: {esc(src)}</div>{_toks_div(body, tokenizer)}</div>'
-    )
+    start = len(pair["prompt_ids"])
+    return {
+        "side": side,
+        "title": title,
+        "source": pair.get(f"{side}_source"),
+        "prefix_len": start,
+        "toks": _token_spans(ids[:shown], roles[:shown], mask[:shown], turns[:shown], tokenizer, start=start),
+        "omitted": f" … {len(ids) - shown} more tokens" if shown < len(ids) else None,
+    }
 
 
-def legend() -> str:
-    items = [(c, ROLE_LABELS[r]) for r, c in ROLE_CLASSES.items()] + [(IN_LOSS, "in the loss mask (trained)")]
-    spans = "".join(f'<span class="{c}">{esc(label)}</span>' for c, label in items)
-    return f'<div class="legend">{spans}<span class="branch-key">⑂ branch point</span></div>'
+def _legend_items() -> list[tuple[str, str]]:
+    return [(c, ROLE_LABELS[r]) for r, c in ROLE_CLASSES.items()] + [(IN_LOSS, "in the loss mask (trained)")]
 
 
 def render_pair(
@@ -216,18 +178,16 @@ def render_pair(
     `window_n`: the local window to highlight, as the trainer reads it (None = all turns;
     `TrainConfig.window_turns` of the recipe that trains these pairs).
     """
-    parts = [
-        STYLE if style else "",
-        '<div class="selskill-pair">',
-        _meta_table(pair, window_n),
-        legend(),
-        _prefix_html(pair, tokenizer, prompt_roles, max_prefix_tokens),
-        '<div class="sides">',
-        _side_html(pair, "chosen", tokenizer, max_completion_tokens, window_n),
-        _side_html(pair, "rejected", tokenizer, max_completion_tokens, window_n),
-        "</div></div>",
-    ]
-    return "".join(parts)
+    view = {
+        "meta": _meta_rows(pair, window_n),
+        "legend": _legend_items(),
+        "ids": tokenizer is None,
+        "prefix": _prefix(pair, tokenizer, prompt_roles, max_prefix_tokens),
+        "sides": [
+            _side(pair, side, tokenizer, max_completion_tokens, window_n) for side in ("chosen", "rejected")
+        ],
+    }
+    return _macros().pair(view, style)
 
 
 # --- filters and tables -------------------------------------------------------------------
@@ -255,9 +215,8 @@ def filter_pairs(pairs: Iterable[Mapping], kind=None, reason=None, task_type=Non
 
 
 def html_table(headers: Sequence[str], rows: Iterable[Sequence]) -> str:
-    head = "".join(f"<th>{esc(h)}</th>" for h in headers)
-    body = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>" for row in rows)
-    return f'<table class="selskill-table"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+    """A table of escaped cells (None shows as empty)."""
+    return _macros().table(headers, rows)
 
 
 def _mean(xs: list) -> float | None:
@@ -331,7 +290,7 @@ def yield_table(pairs: Iterable[Mapping], n_tasks: Mapping[int, int] | int | Non
     ]
     if rows:
         body.append(["all", "", "", sum(r["pairs"] for r in rows), "", "", "", ""])
-    return STYLE + html_table(headers, body)
+    return stylesheet() + html_table(headers, body)
 
 
 def pairs_table(pairs: Iterable[Mapping], limit: int = 20) -> str:
@@ -353,4 +312,4 @@ def pairs_table(pairs: Iterable[Mapping], limit: int = 20) -> str:
                 f"{p.get('chosen_steps')}/{p.get('rejected_steps')}",
             ]
         )
-    return STYLE + html_table(headers, body)
+    return stylesheet() + html_table(headers, body)

@@ -27,13 +27,13 @@ from __future__ import annotations
 
 import base64
 import functools
-import html
 import json
 import math
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from selskill import markdown, templates
 from selskill.data.layout import StageDir, round_dir, round_numbers
 from selskill.data.schema import ROLE_ASSISTANT
 from selskill.metrics import (
@@ -477,10 +477,6 @@ def plot_step_gap(rounds: list[RoundData], path: Path, bfcl: bool = False) -> Pa
 # --- document model: blocks rendered to Markdown and to HTML --------------------------------
 
 
-def _md_cell(v) -> str:
-    return str(v).replace("|", "\\|").replace("\n", " ")
-
-
 def to_markdown(blocks: list[tuple]) -> str:
     out = []
     for b in blocks:
@@ -492,52 +488,25 @@ def to_markdown(blocks: list[tuple]) -> str:
         elif kind == "list":
             out.append("\n".join(f"- {x}" for x in b[1]))
         elif kind == "table":
-            headers, rows = b[1], b[2]
-            lines = ["| " + " | ".join(_md_cell(h) for h in headers) + " |", "|" + "---|" * len(headers)]
-            lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in rows]
-            out.append("\n".join(lines))
+            out.append(markdown.table(b[1], b[2]))
         elif kind == "img":
             out.append(f"![{b[2]}]({b[1]})")
     return "\n\n".join(out) + "\n"
 
 
-HTML_STYLE = """<style>
-body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}
-table{border-collapse:collapse;margin:.5em 0 1em;font-size:13px}
-th,td{border:1px solid #ccc;padding:3px 8px;text-align:right}
-th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}
-img{max-width:100%;border:1px solid #eee}
-.notes li{color:#8a4b00}
-</style>"""
-
-
 def to_html(blocks: list[tuple], base: Path, title: str) -> str:
-    e = html.escape
-    out = [
-        "<!DOCTYPE html>",
-        f'<html><head><meta charset="utf-8"><title>{e(title)}</title>{HTML_STYLE}</head><body>',
-    ]
-    for b in blocks:
-        kind = b[0]
-        if kind == "h":
-            out.append(f"<h{b[1]}>{e(b[2])}</h{b[1]}>")
-        elif kind == "p":
-            out.append(f"<p>{e(b[1])}</p>")
-        elif kind == "list":
-            cls = ' class="notes"' if len(b) > 2 and b[2] == "notes" else ""
-            out.append(f"<ul{cls}>" + "".join(f"<li>{e(str(x))}</li>" for x in b[1]) + "</ul>")
-        elif kind == "table":
-            head = "".join(f"<th>{e(str(h))}</th>" for h in b[1])
-            body = "".join("<tr>" + "".join(f"<td>{e(str(c))}</td>" for c in row) + "</tr>" for row in b[2])
-            out.append(f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
-        elif kind == "img":
-            data = base64.b64encode((base / b[1]).read_bytes()).decode("ascii")
-            out.append(
-                f'<figure><img alt="{e(b[2], quote=True)}" src="data:image/png;base64,{data}">'
-                f"<figcaption>{e(b[2])}</figcaption></figure>"
-            )
-    out.append("</body></html>")
-    return "\n".join(out) + "\n"
+    """One self-contained page (selskill/templates/report.html.j2): the plots inlined as data URIs."""
+
+    def inline(b: tuple) -> tuple:
+        if b[0] != "img":
+            return b
+        return (
+            "img",
+            "data:image/png;base64," + base64.b64encode((base / b[1]).read_bytes()).decode("ascii"),
+            b[2],
+        )
+
+    return templates.render("report.html.j2", title=title, blocks=[inline(b) for b in blocks])
 
 
 # --- sections -----------------------------------------------------------------------------

@@ -73,8 +73,8 @@ def test_the_executor_keys_are_in_the_recipe_help():
 
 
 def test_one_failed_rank_is_raised_as_itself_several_as_one_error():
+    from selskill.data.contract import StageRefused
     from selskill.executors.base import StageFailed, raise_failures
-    from selskill.stages.common import StageRefused
 
     raise_failures(SAMPLE, {}, 4)
     with pytest.raises(StageRefused, match="held"):

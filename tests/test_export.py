@@ -10,11 +10,11 @@ from train_helpers import BAD, GOOD, SYSTEM, TASK, micro_model, micro_tokenizer,
 
 import selskill
 from selskill.cli import main
+from selskill.data.contract import read_stage
 from selskill.data.layout import StageDir
 from selskill.data.schema import PAIR_SCHEMA
 from selskill.data.shards import read_shards, shard_digest, write_json_atomic, write_shard
 from selskill.export import EXPORT_SCHEMA, conversational_row, export_table
-from selskill.stages.common import read_stage
 
 
 @pytest.fixture(scope="module")

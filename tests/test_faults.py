@@ -16,7 +16,6 @@ import sys
 import textwrap
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 import pyarrow.parquet as pq
 import pytest
@@ -24,17 +23,12 @@ import yaml
 from fixtures_run import rollout_row
 from test_pipeline_stages import _inproc, recipe  # noqa: F401 (the fixture)
 
-from selskill.config import PolicyConfig, RunConfig, changed_settings
+from selskill.config import PolicyConfig, RunConfig
+from selskill.data.contract import StageRefused, read_stage
+from selskill.data.inputs import StageInputs, changed_settings
 from selskill.data.layout import StageDir, check_model_source, resolve_round_policy
-from selskill.data.shards import ShardError, write_shard
-from selskill.stages.common import (
-    StageInputs,
-    StageRefused,
-    StageStats,
-    collect_stats,
-    read_stage,
-    run_rank,
-)
+from selskill.data.shards import ShardError
+from selskill.stages.common import StageStats, collect_stats, run_rank
 from selskill.stages.label import LabelConfig, run_label
 from selskill.stages.sample import SampleConfig, task_list
 
@@ -278,90 +272,7 @@ def test_ranks_left_from_a_larger_world_size_are_named(tmp_path):
         read_stage(stage, "rollout", 1)
 
 
-# --- 5. a half-written checkpoint -----------------------------------------------------------------------
-
-
-def _checkpoint(path: Path, step: int) -> Path:
-    import torch
-    from safetensors.torch import save_file
-
-    ckpt = path / f"checkpoint-{step}"
-    ckpt.mkdir(parents=True)
-    save_file({"w": torch.ones(64, 64)}, ckpt / "model.safetensors")
-    torch.save({"state": {0: torch.ones(64)}}, ckpt / "optimizer.pt")
-    (ckpt / "trainer_state.json").write_text(json.dumps({"global_step": step, "log_history": []}))
-    return ckpt
-
-
-def test_a_half_written_checkpoint_is_skipped_for_the_last_complete_one(tmp_path):
-    from selskill.train.run import resumable_checkpoint
-
-    good = _checkpoint(tmp_path, 3)
-    bad = _checkpoint(tmp_path, 6)
-    weights = bad / "model.safetensors"
-    weights.write_bytes(weights.read_bytes()[:100])  # the header alone needs more: "incomplete metadata"
-    last, broken = resumable_checkpoint(tmp_path)
-    assert (
-        last == good and [b[0] for b in broken] == [bad] and "model.safetensors is truncated" in broken[0][1]
-    )
-    _checkpoint(tmp_path, 9)
-    (tmp_path / "checkpoint-9" / "trainer_state.json").unlink()  # the save never reached its last file
-    opt = good / "optimizer.pt"
-    opt.write_bytes(opt.read_bytes()[:-200])
-    last, broken = resumable_checkpoint(tmp_path)
-    assert last is None and [b[0].name for b in broken] == ["checkpoint-9", "checkpoint-6", "checkpoint-3"]
-    assert "trainer_state.json" in broken[0][1] and "optimizer.pt is truncated" in broken[2][1]
-
-
-def test_the_train_stage_resumes_from_the_last_complete_checkpoint(tmp_path, monkeypatch, capsys):
-    """run_train with a stand-in trainer (no training): which checkpoint it resumes from, what it says,
-    and what COMPLETED records about the resumed steps."""
-    from train_helpers import fixture_rows, micro_model, micro_tokenizer
-
-    import selskill.train.trainer as trainer_mod
-    from selskill.train.run import parse, run_train
-
-    tok = micro_tokenizer()
-    init = tmp_path / "t" / "round_0" / "train" / "model"
-    tok.save_pretrained(init)
-    micro_model(tok).save_pretrained(init)
-    write_shard(
-        fixture_rows(tok, 4), tmp_path / "t" / "round_1" / "label" / "shards" / "00000.parquet", "pair"
-    )
-    train_dir = tmp_path / "t" / "round_1" / "train"
-    _checkpoint(train_dir, 3)
-    bad = _checkpoint(train_dir, 6)
-    (bad / "model.safetensors").write_bytes((bad / "model.safetensors").read_bytes()[:50])
-    resumed = []
-
-    class StandIn:
-        def __init__(self, model, args, train_dataset, processing_class):
-            self.state = SimpleNamespace(global_step=0, log_history=[{"loss": 0.6}, {"loss": 0.5}])
-            self.accelerator = SimpleNamespace(
-                distributed_type=SimpleNamespace(value="NO"), state=SimpleNamespace(deepspeed_plugin=None)
-            )
-
-        def train(self, resume_from_checkpoint=None):
-            resumed.append(resume_from_checkpoint)
-            self.state.global_step = 8
-            return SimpleNamespace(training_loss=0.5)
-
-        def save_model(self, path):
-            Path(path).mkdir(parents=True, exist_ok=True)
-
-    monkeypatch.setattr(trainer_mod, "SelSkillDPOTrainer", StandIn)
-    argv = ["--config", str(ROOT / "recipes" / "tiny.yaml"), "--runs_dir", str(tmp_path), "--exp", "t"]
-    run_train(*parse([*argv, "--round", "1", "--report_to", "none"]))
-    out = capsys.readouterr().err
-    assert resumed == [str(train_dir / "checkpoint-3")]
-    assert (
-        f"skipping {bad}: model.safetensors is truncated" in out
-        and f"resuming from {train_dir}/checkpoint-3" in out
-    )
-    assert not bad.exists() and (train_dir / "incomplete-checkpoint-6").is_dir()  # set aside, not deleted
-    done = json.loads((train_dir / "COMPLETED").read_text())
-    assert done["resumed_from"].endswith("checkpoint-3") and done["resumed_at_step"] == 3
-    assert done["train_loss_steps"] == 5 and done["global_step"] == 8
+# --- 5. a half-written checkpoint: tests/test_faults_train.py, with the train stage's other faults ---------
 
 
 # --- 6. bad values in every recipe section ---------------------------------------------------------------

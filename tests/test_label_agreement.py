@@ -7,9 +7,9 @@ import pytest
 from fixtures_run import _finish_stage, _fork_row, write_fixture_run
 
 from selskill.config import LabelConfig, RunConfig
+from selskill.data.contract import StageRefused, read_stage
 from selskill.data.layout import StageDir, round_dir
 from selskill.stages import agreement as agr
-from selskill.stages.common import StageRefused, read_stage
 from selskill.stages.label import run_label
 
 

@@ -162,7 +162,7 @@ class FakeTokenizer:
 def test_decoded_text_is_escaped():
     html = si.render_pair(make_pair(), tokenizer=FakeTokenizer())
     assert "<script>" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
-    assert "a &quot;quoted&quot; &amp; &lt;b&gt;" in html
+    assert "a &#34;quoted&#34; &amp; &lt;b&gt;" in html  # (markupsafe's entity for ")
     assert ">t3<" in html  # decoded, not ids
     bad = make_pair() | {"pair_id": "<img src=x onerror=alert(1)>", "task_type": "</td>"}
     out = si.render_pair(bad)

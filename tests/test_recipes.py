@@ -79,17 +79,13 @@ def test_accelerate_configs_load(path):
 
 
 def test_dry_run_counts_pairs_and_steps_like_the_trainer(tmp_path):
-    from train_helpers import fixture_rows, micro_model, micro_tokenizer
-
-    from selskill.data.shards import write_shard
+    from train_helpers import fixture_rows, micro_model, micro_tokenizer, write_label_stage
 
     tok = micro_tokenizer()
     init = tmp_path / "t" / "round_0" / "train" / "model"
     tok.save_pretrained(init)
     micro_model(tok).save_pretrained(init)
-    write_shard(
-        fixture_rows(tok, 10), tmp_path / "t" / "round_1" / "label" / "shards" / "00000.parquet", "pair"
-    )
+    write_label_stage(tmp_path, "t", 1, [fixture_rows(tok, 10)])
     argv = [
         "--config",
         str(ROOT / "recipes" / "tiny.yaml"),

@@ -265,3 +265,32 @@ def test_sum_yields_over_ranks():
     assert y["local_invoke_preferred"] == 3 and y["invoke_preferred_share"] == 0.75
     assert y["discarded"] == {"local_tie": 3}
     assert rp.sum_yields([{"rows": 1}]) is None
+
+
+def test_the_page_escapes_every_text_it_shows(tmp_path):
+    from html.parser import HTMLParser
+
+    class Page(HTMLParser):
+        def __init__(self):
+            super().__init__()
+            self.tags, self.text = [], []
+
+        def handle_starttag(self, tag, attrs):
+            self.tags.append(tag)
+
+        def handle_data(self, data):
+            self.text.append(data)
+
+    texts = ["<script>alert(1)</script>", "a \"q\" & 'b'", "<b>note</b>", "<td>cell", "x | y"]
+    blocks = [
+        ("h", 2, texts[0]),
+        ("p", texts[1]),
+        ("list", [texts[2]], "notes"),
+        ("table", ["h"], [[texts[3], texts[4]]]),
+    ]
+    page = Page()
+    page.feed(rp.to_html(blocks, tmp_path, "<title>"))
+    assert set(page.tags) == {"html", "head", "meta", "title", "style", "body", "h2", "p", "ul", "li", "table",
+                              "thead", "tr", "th", "tbody", "td"}  # fmt: skip
+    assert page.tags.count("td") == 2 and page.tags.count("li") == 1
+    assert all(t in page.text for t in ["<title>", *texts])

@@ -26,9 +26,7 @@ TOL = 1e-4
 
 @pytest.fixture(scope="module")
 def base(tmp_path_factory):
-    from train_helpers import fixture_rows, micro_model, micro_tokenizer
-
-    from selskill.data.shards import write_shard
+    from train_helpers import fixture_rows, micro_model, micro_tokenizer, write_label_stage
 
     root = tmp_path_factory.mktemp("runs")
     tok = micro_tokenizer()
@@ -36,8 +34,7 @@ def base(tmp_path_factory):
     tok.save_pretrained(init)
     micro_model(tok, seed=0).save_pretrained(init)
     rows = fixture_rows(tok, 16)
-    write_shard(rows[:8], root / "base" / "round_1" / "label" / "shards" / "00000.parquet", "pair")
-    write_shard(rows[8:], root / "base" / "round_1" / "label" / "shards" / "00001.parquet", "pair")
+    write_label_stage(root, "base", 1, [rows[:8], rows[8:]])
     return root
 
 

@@ -13,10 +13,19 @@ from pathlib import Path
 
 import pytest
 import torch
-from train_helpers import BAD, GOOD, SYSTEM, TASK, fixture_rows, micro_model, micro_tokenizer, pair_row
+from train_helpers import (
+    BAD,
+    GOOD,
+    SYSTEM,
+    TASK,
+    fixture_rows,
+    micro_model,
+    micro_tokenizer,
+    pair_row,
+    write_label_stage,
+)
 
 from selskill.config.train import TrainConfig
-from selskill.data.shards import write_shard
 from selskill.train.pairs import examples_to_dataset, loss_mask
 from selskill.train.trainer import OVERRIDDEN_HOOKS, TRL_VERSION, SelSkillDPOTrainer
 
@@ -118,9 +127,9 @@ def test_trl_contract():
     from trl import DPOTrainer
     from trl.trainer.dpo_trainer import DataCollatorForPreference
 
-    pin = re.search(r'"trl==([^"]+)"', (ROOT / "pyproject.toml").read_text()).group(1)
+    pin = re.search(r"^trl==(\S+)$", (ROOT / "constraints.txt").read_text(), re.M).group(1)
     assert trl.__version__ == pin == TRL_VERSION, (
-        f"trl {trl.__version__} is installed, pyproject pins {pin}, selskill.train.trainer was checked against "
+        f"trl {trl.__version__} is installed, constraints.txt pins {pin}, selskill.train.trainer was checked against "
         f"{TRL_VERSION}: install the pinned trl, or re-verify the trainer against the new one and update all three"
     )
     overridden = {n for n in vars(SelSkillDPOTrainer) if hasattr(DPOTrainer, n) and not n.startswith("__")}
@@ -309,8 +318,7 @@ def _setup_run(tok, root: Path, n_pairs=16):
     micro_model(tok, seed=0).save_pretrained(init)
     rows = fixture_rows(tok, n_pairs)
     half = n_pairs // 2
-    write_shard(rows[:half], root / "t" / "round_1" / "label" / "shards" / "00000.parquet", "pair")
-    write_shard(rows[half:], root / "t" / "round_1" / "label" / "shards" / "00001.parquet", "pair")
+    write_label_stage(root, "t", 1, [rows[:half], rows[half:]])
     return init
 
 
@@ -347,20 +355,22 @@ def test_short_run_lowers_the_loss_changes_parameters_and_resumes(tok, tmp_path,
     assert AutoTokenizer.from_pretrained(train_dir / "model").get_vocab() == tok.get_vocab()
     assert (train_dir / "config.yaml").is_file() and (train_dir / "checkpoint-6").is_dir()
 
-    # a complete round is skipped; an interrupted one resumes from its last checkpoint
+    # a complete round is skipped (where and how often it saves is not an input); an interrupted one resumes
+    # from its last checkpoint and ends where the uninterrupted run did
     capsys.readouterr()
-    run_train(*parse(_argv(tmp_path, "--max_steps", "6")))
+    run_train(*parse(_argv(tmp_path, "--max_steps", "6", "--save_steps", "2")))
     assert "is complete" in capsys.readouterr().err
-    (train_dir / "COMPLETED").unlink()
     import shutil
 
-    shutil.rmtree(train_dir / "model")
-    run_train(*parse(_argv(tmp_path, "--max_steps", "8", "--save_steps", "3")))
+    for p in ("COMPLETED", "model", "checkpoint-6"):
+        shutil.rmtree(train_dir / p) if (train_dir / p).is_dir() else (train_dir / p).unlink()
+    run_train(*parse(_argv(tmp_path, "--max_steps", "6", "--save_steps", "3")))
     out = capsys.readouterr().err
-    assert f"resuming from {train_dir / 'checkpoint-6'}" in out
+    assert f"resuming from {train_dir / 'checkpoint-3'}" in out
     resumed = json.loads((train_dir / "COMPLETED").read_text())
-    assert resumed["global_step"] == 8 and resumed["logged_losses"][:6] == done["logged_losses"]
-    assert len(resumed["logged_losses"]) == 8
+    assert resumed["global_step"] == 6 and resumed["resumed_at_step"] == 3
+    assert resumed["logged_losses"] == pytest.approx(done["logged_losses"], abs=1e-6)
+    assert resumed["fingerprint"] == done["fingerprint"]
 
 
 def test_episode_only_and_local_only_select_their_pairs(tok, tmp_path):
@@ -379,18 +389,18 @@ def test_errors_name_the_missing_input_and_the_fix(tok, tmp_path, capsys):
 
     run, policy, cfg = parse(_argv(tmp_path))
     with pytest.raises(
-        FileNotFoundError, match=r"no pair shards found at .*round_1/label/shards: run the label stage"
-    ):
-        run_train(run, policy, cfg)
-    write_shard(
-        fixture_rows(tok, 2), tmp_path / "t" / "round_1" / "label" / "shards" / "00000.parquet", "pair"
-    )
-    with pytest.raises(
         FileNotFoundError, match=r"no policy at .*round_0/train/model .*build the init policy"
     ):
         run_train(run, policy, cfg)
+    init = tmp_path / "t" / "round_0" / "train" / "model"
+    tok.save_pretrained(init)
+    micro_model(tok).save_pretrained(init)
+    with pytest.raises(
+        FileNotFoundError, match=r"no pair shards in .*round_1/label/shards: run the label stage"
+    ):
+        run_train(run, policy, cfg)
     run, policy, cfg = parse(_argv(tmp_path, "--round", "3"))
-    with pytest.raises(FileNotFoundError, match=r"round_3/label/shards"):
+    with pytest.raises(FileNotFoundError, match=r"no policy at .*round_2/train/model.*finish round 2 first"):
         run_train(run, policy, cfg)
     with pytest.raises(
         ValueError, match="train_window_n must be a positive number of assistant turns or 'all'"
@@ -413,35 +423,28 @@ def test_a_round_without_pairs_fails_naming_the_cause(tok, tmp_path):
 
     from selskill.config import PolicyConfig, RunConfig
     from selskill.config.train import TrainConfig
-    from selskill.data.layout import StageDir
     from selskill.data.schema import PAIR_SCHEMA
-    from selskill.data.shards import write_shard
     from selskill.train.run import run_train
 
     run = RunConfig(exp="t", runs_dir=str(tmp_path), round=1)
     model_dir = tmp_path / "t" / "round_0" / "train" / "model"
-    model_dir.mkdir(parents=True)
     tok.save_pretrained(model_dir)
-    stage = StageDir.of(tmp_path, "t", 1, "label")
-    write_shard(pa.Table.from_pylist([], schema=PAIR_SCHEMA), stage.shard(0), "pair")
-    stage.marker(0).parent.mkdir(parents=True, exist_ok=True)
-    stage.marker(0).write_text("{}")
+    micro_model(tok).save_pretrained(model_dir)
+    write_label_stage(tmp_path, "t", 1, [pa.Table.from_pylist([], schema=PAIR_SCHEMA).to_pylist()])
     cfg = TrainConfig(output_dir=str(tmp_path / "o"), bf16=False, report_to="none")
     with pytest.raises(ValueError, match="no trainable pairs"):
         run_train(run, PolicyConfig(), cfg)
 
 
 def test_dataset_cache_key_covers_every_train_key(tmp_path):
-    """A resumed run with a changed pair selection must rebuild the cached dataset, not reuse it."""
+    """A resumed run with a changed pair selection or other label shards must rebuild the cached dataset."""
     import dataclasses
 
     from selskill.train.run import _dataset_key
 
-    shard = tmp_path / "00000.parquet"
-    shard.write_bytes(b"x")
     cfg = TrainConfig(output_dir=str(tmp_path / "o"), bf16=False, report_to="none")
-    base = _dataset_key([shard], cfg)
-    assert _dataset_key([shard], cfg) == base
+    base = _dataset_key("label-a", cfg)
+    assert _dataset_key("label-a", cfg) == base and _dataset_key("label-b", cfg) != base
     for change in ({"train_branch_pools": "ordinary"}, {"train_max_pairs": 7}, {"train_window_n": "1"},
                    {"max_length": 512}, {"seed": 3}):  # fmt: skip
-        assert _dataset_key([shard], dataclasses.replace(cfg, **change)) != base, change
+        assert _dataset_key("label-a", dataclasses.replace(cfg, **change)) != base, change

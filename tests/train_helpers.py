@@ -161,3 +161,24 @@ def fixture_rows(tok, n_pairs: int = 8) -> list[dict]:
             chosen, rejected = [("assistant", CORPUS[2]), ("user", CORPUS[4])] + GOOD, BAD
         rows.append(pair_row(tok, f"p{i:03d}", kind, prompt, chosen, rejected))
     return rows
+
+
+def write_label_stage(
+    runs_dir, exp: str, round_: int, shards: list[list[dict]], seed: int = 0, redo: bool = False
+):
+    """Round `round_`'s label stage as the stage writes it (through `run_rank`): each list of pair rows
+    one rank's shard with its completion marker, at world size len(shards) (`redo`: over a complete one)."""
+    from selskill.config import RunConfig
+    from selskill.data.inputs import StageInputs
+    from selskill.data.layout import StageDir
+    from selskill.stages.common import run_rank
+
+    stage = StageDir.of(runs_dir, exp, round_, "label")
+    for rank, rows in enumerate(shards):
+        run = RunConfig(
+            exp=exp, runs_dir=str(runs_dir), round=round_, rank=rank, world_size=len(shards), redo=redo
+        )
+        run_rank(
+            stage, "pair", run, StageInputs([run], seed, 1), lambda stats, rows=rows: rows, log=lambda s: None
+        )
+    return stage

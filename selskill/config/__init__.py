@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from selskill.config.checks import bad_value, changed_settings, check_at_least, check_choice, check_unit
+from selskill.config.checks import bad_value, check_at_least, check_choice, check_unit
 from selskill.config.init import InitConfig
 from selskill.config.names import BENCHMARKS, BFCL_SPLITS
 from selskill.config.rollout import GamesConfig, RolloutConfig
@@ -325,7 +325,6 @@ __all__ = [
     "RunConfig",
     "SampleConfig",
     "bad_value",
-    "changed_settings",
     "check_at_least",
     "check_choice",
     "check_recipe_file",

@@ -1,4 +1,4 @@
-"""The checks every recipe section runs on its own keys, and how two sets of settings differ.
+"""The checks every recipe section runs on its own keys.
 
 A bad value fails when the recipe is parsed, naming the key, the rule and the fix, rather
 than hours later in the stage that reads it.
@@ -36,23 +36,3 @@ def check_unit(cfg, *keys: str) -> None:
         value = getattr(cfg, key)
         if not 0 < value <= 1:
             raise bad_value(key, value, "in (0, 1]", "nucleus sampling mass; 1 = off")
-
-
-def _flatten(d: dict, prefix: str = "") -> dict:
-    out = {}
-    for k, v in d.items():
-        if isinstance(v, dict):
-            out.update(_flatten(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
-
-
-def changed_settings(old: dict, new: dict) -> list[str]:
-    """`key: old -> new` for every (nested, dotted) key whose value differs; `(none)` where one lacks it."""
-    a, b = _flatten(old), _flatten(new)
-    return [
-        f"{k}: {a.get(k, '(none)')!r} -> {b.get(k, '(none)')!r}"
-        for k in sorted(set(a) | set(b))
-        if a.get(k, "(none)") != b.get(k, "(none)")
-    ]

@@ -32,9 +32,9 @@ from collections import defaultdict
 from pathlib import Path
 
 from selskill.agent.turn_format import TurnFormat
-from selskill.config.checks import changed_settings
 from selskill.config.init import InitConfig
 from selskill.config.rollout import MAX_DECISIONS
+from selskill.data.inputs import changed_settings
 from selskill.init.dagger import DAGGER_DEMOS, DaggerSettings, run_dagger
 from selskill.init.demos import (
     DEFAULT_MAX_ENV_STEPS,

@@ -23,7 +23,7 @@ from collections import Counter
 from pathlib import Path
 
 from selskill.agent.listings import DecisionListings
-from selskill.config.checks import changed_settings
+from selskill.data.inputs import changed_settings
 from selskill.init.demos import Demo
 from selskill.skills import SkillLibrary
 

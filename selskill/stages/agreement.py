@@ -27,10 +27,10 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 
 from selskill.config import load_recipe
+from selskill.data.contract import StageRefused, read_stage
 from selskill.data.layout import StageDir, round_dir
 from selskill.data.shards import write_json_atomic
 from selskill.executors import Executor, StageFailed, make_executor
-from selskill.stages.common import StageRefused, read_stage
 from selskill.stages.replication import link_shared
 from selskill.stages.table import round_stages
 

@@ -23,12 +23,12 @@ from selskill.agent.turn_format import render_skill_call
 from selskill.config.rollout import RolloutConfig
 from selskill.config.run import PolicyConfig, RunConfig
 from selskill.config.stages import BranchConfig
+from selskill.data.contract import read_stage
+from selskill.data.inputs import StageInputs
 from selskill.data.layout import StageDir
 from selskill.data.records import BranchPoint
 from selskill.stages.common import (
-    StageInputs,
     StageStats,
-    read_stage,
     run_rank,
     shard_items,
     stable_seed,

@@ -16,26 +16,20 @@ Any rank can run as its own process on any machine.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import logging
-import os
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import yaml
 
-from selskill.config.checks import changed_settings
-from selskill.data.layout import StageDir, is_local_path
+from selskill.data.contract import changed_inputs, check_stage, hold_lock
+from selskill.data.inputs import StageInputs, config_values, fingerprint
+from selskill.data.layout import StageDir
 from selskill.data.shards import (
-    ShardError,
-    file_sha256,
-    read_shards,
     shard_digest,
     stale_tmp_files,
     write_json_atomic,
@@ -44,43 +38,6 @@ from selskill.data.shards import (
 )
 
 logger = logging.getLogger(__name__)
-
-# Keys that say where, as whom or how fast a stage runs, not what it computes: they are not
-# part of a rank's recorded inputs (each episode samples from its own seeded generator, so
-# batching and concurrency change results only at float rounding; docs/design.md).
-NOT_INPUTS = frozenset(
-    {
-        "exp",
-        "runs_dir",
-        "rank",
-        "redo",
-        "wandb_project",
-        "policy_device",
-        "trust_remote_code",
-        "concurrent_episodes",
-        "policy_batch_size",
-        "env_overlap",
-        # which executor ran a rank, and with what resources (selskill/executors/)
-        "executor",
-        "local_workers",
-        "slurm_partition",
-        "slurm_time",
-        "slurm_cpus_per_task",
-        "slurm_gpus_per_task",
-        "slurm_train_gpus",
-        "slurm_mem",
-        "slurm_array_parallelism",
-        "slurm_sbatch_args",
-        "ray_address",
-        "ray_cpus_per_task",
-        "ray_gpus_per_task",
-        "ray_train_gpus",
-    }
-)
-
-
-class StageRefused(RuntimeError):
-    """A rank cannot run as asked: another process holds it, or what it recorded differs from this run."""
 
 
 def stable_seed(*parts: object) -> int:
@@ -127,17 +84,6 @@ class StageStats:
         }
 
 
-def config_values(configs: Sequence) -> dict:
-    """The plain-valued fields of the recipe sections `configs` (tuples as lists)."""
-    merged = {}
-    for cfg in configs:
-        for f in dataclasses.fields(cfg):
-            value = getattr(cfg, f.name)
-            if isinstance(value, (str, int, float, bool, type(None), list, tuple, dict)):
-                merged[f.name] = list(value) if isinstance(value, tuple) else value
-    return merged
-
-
 def write_stage_config(stage: StageDir, configs: Sequence, seed: int | None = None) -> None:
     """The resolved recipe of this stage (all dataclasses, and the seed), for reproducibility.
 
@@ -159,125 +105,18 @@ def write_stage_config(stage: StageDir, configs: Sequence, seed: int | None = No
     write_text_atomic(yaml.safe_dump(merged, sort_keys=True), stage.config)
 
 
-def policy_fingerprint(source: str) -> str:
-    """Identity of a model: for a directory, its files' names, sizes and first and last MiB; else the hub id.
-
-    Content, not path: an experiment that links another's round 0 has the same policy.
-    """
-    if not is_local_path(source):
-        return f"hub:{source}"
-    path = Path(source).expanduser()
-    if not path.is_dir():
-        return f"missing:{source}"
-    h = hashlib.sha256()
-    for p in sorted(path.iterdir()):
-        if not p.is_file() or p.name.startswith("."):
-            continue
-        size = p.stat().st_size
-        h.update(f"{p.name}:{size}\n".encode())
-        with open(p, "rb") as f:
-            h.update(f.read(1 << 20))
-            if size > 2 << 20:
-                f.seek(size - (1 << 20))
-                h.update(f.read())
-    return h.hexdigest()[:16]
-
-
-def stage_fingerprint(stage: StageDir) -> str:
-    """Identity of a stage's output: the sha256 of each completed rank's shard (as its marker records it)."""
-    ranks = stage.completed_ranks()
-    if not ranks:
-        return "missing"
-    h = hashlib.sha256()
-    for r in ranks:
-        digest = (stage.read_marker(r) or {}).get("sha256")
-        if digest is None:  # a marker written before markers recorded it
-            digest = file_sha256(stage.shard(r)) if stage.shard(r).is_file() else "missing"
-        h.update(f"{r}:{digest}\n".encode())
-    return h.hexdigest()[:16]
-
-
-def fingerprint(record: dict) -> str:
-    return hashlib.sha256(json.dumps(record, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-@dataclass
-class StageInputs:
-    """What a stage's rows depend on: recorded in each rank's completion marker, compared on every rerun.
-
-    `configs` are the recipe sections the stage reads (keys in `NOT_INPUTS` left out),
-    `code_version` the stage module's `CODE_VERSION` (bump it when a change alters the
-    rows), `policy` the model it runs, `upstream` the stages of the same round it reads.
-    """
-
-    configs: Sequence
-    seed: int
-    code_version: int
-    policy: str | None = None
-    upstream: Sequence[str] = ()
-
-    def record(self, stage: StageDir) -> dict:
-        out = {k: v for k, v in config_values(self.configs).items() if k not in NOT_INPUTS}
-        out["seed"] = int(self.seed)
-        out["code_version"] = self.code_version
-        if self.policy is not None:
-            out["policy"] = policy_fingerprint(self.policy)
-        for name in self.upstream:
-            out[f"{name} shards"] = stage_fingerprint(StageDir(stage.path.parent / name))
-        return out
-
-    def changes(self, recorded: dict, now: dict) -> list[str]:
-        """`key: recorded -> now` for each input that differs.
-
-        A key added to a recipe section after the marker was written counts as unchanged
-        while it keeps its default; a key that no longer exists is ignored.
-        """
-        defaults = {}
-        for cfg in self.configs:
-            for f in dataclasses.fields(cfg):
-                if f.default is not dataclasses.MISSING:
-                    defaults[f.name] = f.default
-        old = {k: recorded[k] if k in recorded else defaults.get(k, recorded.get(k)) for k in now}
-        return changed_settings(old, now)
-
-
-@contextmanager
-def rank_lock(stage: StageDir, rank: int, log: Callable[[str], None] = logger.info) -> Iterator[None]:
+def rank_lock(stage: StageDir, rank: int, log: Callable[[str], None] = logger.info):
     """Hold `locks/NNNNN.lock` of this rank (flock, released by the kernel if the process dies)."""
-    import fcntl
-    import socket
-
-    path = stage.lock(rank)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = path.read_text().strip() or "another process"
-            raise StageRefused(
-                f"{stage.path.name}: rank {rank} is being computed by another process ({holder}; lock {path}). "
-                "Two writers on one rank are refused: wait for that one to finish (a rerun then skips the rank) "
-                "or stop it, then rerun"
-            ) from None
-        except OSError as exc:  # a filesystem without locks: say so, do not refuse to work
-            log(
-                f"{stage.path.name}: cannot lock {path} ({exc}): concurrent writers of rank {rank} are not detected"
-            )
-        os.ftruncate(fd, 0)
-        stamp = time.strftime("%Y-%m-%d %H:%M:%S")
-        os.write(fd, f"pid {os.getpid()} on {socket.gethostname()} since {stamp}\n".encode())
-        yield
-    finally:
-        os.close(fd)
+    return hold_lock(stage.lock(rank), f"{stage.path.name}: rank {rank}", log)
 
 
 def _refuse_changed(stage: StageDir, rank: int, changes: list[str], what: str) -> None:
     if changes:
-        raise StageRefused(
-            f"{stage.path.name}: {what} was computed with other inputs than this run: {'; '.join(changes)} "
-            f"(recorded in {stage.marker(rank)}, config in {stage.config}). Rerun with --redo to recompute "
-            "(every rank of the stage), or restore the recorded values"
+        raise changed_inputs(
+            f"{stage.path.name}: {what}",
+            changes,
+            stage.marker(rank),
+            f"Rerun with --redo to recompute (every rank of the stage; config in {stage.config})",
         )
 
 
@@ -292,7 +131,9 @@ def run_rank(
     """Compute and persist rank `run.rank` under its lock; returns False when it was complete and skipped.
 
     Refused (`StageRefused`): another process holds the rank, or without `run.redo` this
-    rank or another complete rank of the stage recorded other inputs than `inputs`.
+    rank or another complete rank of the stage recorded other inputs than `inputs`. The
+    upstream stages are verified before this rank's marker is removed, so a run (`--redo`
+    included) that fails on a missing or corrupt input leaves every marker as it was.
     """
     rank, name = run.rank, stage.path.name
     with rank_lock(stage, rank, log):
@@ -318,6 +159,10 @@ def run_rank(
                 recorded = (stage.read_marker(other) or {}).get("inputs") if other != rank else None
                 if recorded is not None:
                     _refuse_changed(stage, other, inputs.changes(recorded, record), f"its rank {other}")
+        for up in inputs.upstream_stages(
+            stage
+        ):  # before anything is removed: a run that cannot compute keeps all
+            check_stage(up, run.world_size)
         stage.marker(rank).unlink(missing_ok=True)
         write_stage_config(stage, inputs.configs, inputs.seed)
         stats = StageStats()
@@ -330,71 +175,6 @@ def run_rank(
         marker = {**shard_digest(stage.shard(rank)), "finished": time.time()}
         write_json_atomic(marker | {"fingerprint": fingerprint(record), "inputs": record}, stage.marker(rank))
     return True
-
-
-def read_stage(stage: StageDir, kind: str, world_size: int | None = None):
-    """All shards of a completed upstream stage; fails naming what is missing or wrong and the fix.
-
-    Every rank of the stage must be complete: 0 .. n-1 for the world size its markers
-    record (else `world_size`), each shard matching its marker, all ranks with the same
-    recorded inputs.
-    """
-    name, files = stage.path.name, stage.shard_files()
-    done = stage.completed_ranks()
-    if not files and not done:
-        raise FileNotFoundError(
-            f"no {kind} shards in {stage.shards}: run the {name} stage for this round first"
-        )
-    markers = {r: stage.read_marker(r) or {} for r in done}
-    unmarked = [f for f in files if not f.stem.isdigit() or int(f.stem) not in markers]
-    if unmarked:
-        raise FileNotFoundError(
-            f"{name} shards {[f.name for f in unmarked]} have no completion marker: the stage was "
-            f"interrupted; rerun it (completed ranks are skipped)"
-        )
-    recorded_sizes = {r: m["inputs"].get("world_size") for r, m in markers.items() if "inputs" in m}
-    sizes = sorted(set(recorded_sizes.values()) - {None})
-    if len(sizes) > 1:
-        by_size = {s: [r for r, v in recorded_sizes.items() if v == s] for s in sizes}
-        raise FileNotFoundError(
-            f"{name}: its ranks were computed with different world sizes ({by_size}, world size: ranks): rerun "
-            f"the stage with --redo at one world size, or delete the ranks of the other one from {stage.path}"
-        )
-    expected = sizes[0] if sizes else world_size
-    if expected is not None:
-        missing = sorted(set(range(expected)) - set(markers))
-        if missing:
-            raise FileNotFoundError(
-                f"{name}: rank{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} of world size "
-                f"{expected} {'have' if len(missing) > 1 else 'has'} not finished (no completion marker in "
-                f"{stage.completions}): run the {name} stage with --rank R --world_size {expected} for "
-                f"{'them' if len(missing) > 1 else 'it'} first (complete ranks are skipped)"
-            )
-        extra = sorted(r for r in markers if r >= expected) if sizes else []
-        if extra:
-            raise FileNotFoundError(
-                f"{name}: ranks {extra} lie outside the world size {expected} the other ranks recorded (left from "
-                f"an earlier run): delete their shards and markers ({stage.shards}, {stage.completions}) or rerun "
-                f"the stage with --redo"
-            )
-    for r in sorted(markers):
-        problem = stage.problem(r)
-        if problem:
-            raise ShardError(
-                f"{name} rank {r}: {problem}. Rerun the {name} stage: a rank whose shard does not match its "
-                f"marker is recomputed (complete ranks are skipped)"
-            )
-    recorded = {r: m["inputs"] for r, m in markers.items() if "inputs" in m}
-    if recorded:
-        first = min(recorded)
-        for r, rec in recorded.items():
-            changes = changed_settings(recorded[first], rec)
-            if changes:
-                raise StageRefused(
-                    f"{name}: ranks {first} and {r} were computed with different inputs ({'; '.join(changes)}): "
-                    f"rerun the {name} stage with --redo so that every rank is computed with this recipe"
-                )
-    return read_shards([stage.shard(r) for r in sorted(markers)], kind, name)
 
 
 def record_skipped_games(stats: StageStats | None, index, log: Callable[[str], None] = logger.info) -> None:

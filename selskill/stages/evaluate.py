@@ -25,16 +25,16 @@ from selskill.agent.runner import EpisodeSpec
 from selskill.config.rollout import RolloutConfig
 from selskill.config.run import PolicyConfig, RunConfig
 from selskill.config.stages import EvalConfig
+from selskill.data.contract import read_stage
+from selskill.data.inputs import StageInputs
 from selskill.data.layout import StageDir
 from selskill.data.shards import write_json_atomic
 from selskill.headroom import invoked_skills, skill_headroom
 from selskill.metrics import compute_metrics, metrics_by_task_type
 from selskill.stages.common import (
-    StageInputs,
     StageStats,
     balanced_tasks,
     progress_bar,
-    read_stage,
     record_skipped_games,
     run_rank,
     shard_items,

@@ -18,13 +18,13 @@ from selskill.agent.turn_format import forced_prefix, render_skill_call
 from selskill.config.rollout import RolloutConfig
 from selskill.config.run import PolicyConfig, RunConfig
 from selskill.config.stages import ForkConfig
+from selskill.data.contract import read_stage
+from selskill.data.inputs import StageInputs
 from selskill.data.layout import StageDir
 from selskill.data.records import BranchPoint, Fork, Turn
 from selskill.stages.common import (
-    StageInputs,
     StageStats,
     progress_bar,
-    read_stage,
     record_skipped_games,
     run_rank,
     shard_items,

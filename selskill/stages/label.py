@@ -40,13 +40,13 @@ from fractions import Fraction
 
 from selskill.config.run import RunConfig
 from selskill.config.stages import LABEL_ARM_RULES, LabelConfig
+from selskill.data.contract import read_stage
+from selskill.data.inputs import StageInputs
 from selskill.data.layout import StageDir
 from selskill.data.records import Pair
 from selskill.metrics import StepMeasure, step_measure
 from selskill.stages.common import (
-    StageInputs,
     StageStats,
-    read_stage,
     run_rank,
     shard_items,
 )

@@ -77,8 +77,8 @@ def round_1_pairs(argv: list[str]):
     """The main line's round-1 pair table and its policy's tokenizer (read once for all variants)."""
     from transformers import AutoTokenizer
 
+    from selskill.data.contract import read_stage
     from selskill.data.layout import StageDir
-    from selskill.stages.common import read_stage
 
     recipe = load_recipe(argv)
     run = recipe.run
@@ -222,34 +222,51 @@ def stage_seconds(runs_dir: str, exps: list[str]) -> dict:
 
 
 def to_markdown(summary: dict) -> str:
+    from selskill import markdown
     from selskill.metrics import LABELS, METRICS, format_value
 
     def cells(r: dict) -> list[str]:
         return [format_value(k, r["metrics"].get(k), r["ci"].get(k)) for k in METRICS]
 
-    head = "| " + " | ".join(["Model"] + [LABELS[k] for k in METRICS]) + " |"
-    sep = "|" + "---|" * (len(METRICS) + 1)
-    out = [f"## Main line ({summary['split']})", "", head, sep]
-    for r in summary["main"]:
-        out.append("| " + " | ".join([("init" if r["round"] == 0 else f"R{r['round']}")] + cells(r)) + " |")
-    out += ["", f"## Round-1 pair ablations, matched pair counts ({summary['split']})", ""]
-    out += [
-        "| Variant | pairs trained | " + " | ".join(LABELS[k] for k in METRICS) + " |",
-        "|---|---|" + "---|" * len(METRICS),
+    def share(v) -> str:
+        return "-" if v is None else f"{100 * v:.1f}%"
+
+    def per_task(r: dict) -> str:
+        v = (r["pairs_per_task"] or {}).get("local")
+        return "-" if v is None else f"{v:.2f}"
+
+    labels = [LABELS[k] for k in METRICS]
+    main = [[("init" if r["round"] == 0 else f"R{r['round']}"), *cells(r)] for r in summary["main"]]
+    pairs = [
+        [name, sum(r["pairs_trained"].values()) or "-", *cells(r)] for name, r in summary["pairs"].items()
     ]
-    for name, r in summary["pairs"].items():
-        out.append(f"| {name} | {sum(r['pairs_trained'].values()) or '-'} | " + " | ".join(cells(r)) + " |")
-    out += ["", f"## Round-1 branching strategies ({summary['split']})", ""]
-    out += ["| Strategy | pairs/task (local) | invoke-preferred | SR |", "|---|---|---|---|"]
-    for name, r in summary["branching"].items():
-        ppt = (r["pairs_per_task"] or {}).get("local")
-        share = r["invoke_preferred_share"]
-        out.append(
-            f"| {name.removeprefix('branch-')} | {'-' if ppt is None else f'{ppt:.2f}'} | "
-            f"{'-' if share is None else f'{100 * share:.1f}%'} | "
-            f"{format_value('sr', r['metrics'].get('sr'), r['ci'].get('sr'))} |"
-        )
-    return "\n".join(out) + "\n"
+    branching = [
+        [
+            name.removeprefix("branch-"),
+            per_task(r),
+            share(r["invoke_preferred_share"]),
+            format_value("sr", r["metrics"].get("sr"), r["ci"].get("sr")),
+        ]
+        for name, r in summary["branching"].items()
+    ]
+    split = summary["split"]
+    sections = [
+        (f"Main line ({split})", ["Model", *labels], main),
+        (
+            f"Round-1 pair ablations, matched pair counts ({split})",
+            ["Variant", "pairs trained", *labels],
+            pairs,
+        ),
+        (
+            f"Round-1 branching strategies ({split})",
+            ["Strategy", "pairs/task (local)", "invoke-preferred", "SR"],
+            branching,
+        ),
+    ]
+    return (
+        "\n\n".join(f"## {title}\n\n{markdown.table(headers, rows)}" for title, headers, rows in sections)
+        + "\n"
+    )
 
 
 def run_replication(argv: list[str], ablations: bool = True) -> dict:

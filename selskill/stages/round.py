@@ -58,7 +58,7 @@ def round_summary(run) -> dict:
 
 
 def _eval_outcomes(runs_dir: str, exp: str, r: int) -> list[dict] | None:
-    from selskill.stages.common import read_stage
+    from selskill.data.contract import read_stage
 
     stage = StageDir.of(runs_dir, exp, r, "eval")
     try:

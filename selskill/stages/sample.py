@@ -10,9 +10,9 @@ from selskill.agent.runner import EpisodeSpec
 from selskill.config.rollout import RolloutConfig
 from selskill.config.run import PolicyConfig, RunConfig
 from selskill.config.stages import SampleConfig
+from selskill.data.inputs import StageInputs
 from selskill.data.layout import StageDir
 from selskill.stages.common import (
-    StageInputs,
     StageStats,
     balanced_tasks,
     progress_bar,

@@ -18,9 +18,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from selskill.config import Recipe, load_recipe
+from selskill.data.contract import StageRefused
 from selskill.data.layout import policy_dir, resolve_round_policy, round_dir
 from selskill.executors.base import Stage, StageFailed
-from selskill.stages.common import StageRefused
 from selskill.stages.wandb_log import log_stage
 
 

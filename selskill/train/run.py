@@ -6,13 +6,21 @@
     selskill train --config recipes/dpo_8b.yaml --round 1   (relaunches under train_accelerate_config)
 
 The policy trained (and the reference) is round r-1's `train/model` (round 1: the recipe's
-`model_name_or_path`, else the run's init policy at round_0/train/model). Rerunning resumes
-from the last *complete* checkpoint: a newer one that a crash left half-written (a truncated
-weights or optimizer file, no trainer_state.json) is moved aside to `incomplete-checkpoint-N`
-with a message naming it and the file. A round with `COMPLETED` is skipped unless `--redo`.
-`model/` holds the weights and the tokenizer; `COMPLETED` is written last. After a resume,
-its `train_loss` is the mean loss of the steps this process ran (`train_loss_steps`, after
-`resumed_at_step`), as the Trainer computes it; `logged_losses` covers the whole run.
+`model_name_or_path`, else the run's init policy at round_0/train/model). Train follows the
+stage contract (docs/design.md, "The stage contract"): its main process holds
+`train/locks/00000.lock`, so a second train of the round is refused naming the holder; the
+label shards are read through the verified reader every stage uses; `COMPLETED` and every
+checkpoint record the run's inputs (the label shards' and the policy's fingerprints, the
+material train keys, the seed, `CODE_VERSION`). A round with `COMPLETED` is skipped when
+they equal this run's and refused naming the keys that differ when not (`--redo` trains
+again). Rerunning resumes from the last *complete* checkpoint: a newer one that a crash left
+half-written (a truncated weights or optimizer file, no trainer_state.json or inputs file)
+is moved aside to `incomplete-checkpoint-N` with a message naming it and the file, and one
+that recorded other inputs is refused, never resumed. Every input is checked before
+`--redo` removes anything. `model/` holds the weights and the tokenizer; `COMPLETED` is
+written last. After a resume, its `train_loss` is the mean loss of the steps this process
+ran (`train_loss_steps`, after `resumed_at_step`), as the Trainer computes it;
+`logged_losses` covers the whole run.
 """
 
 from __future__ import annotations
@@ -30,16 +38,82 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
+from contextlib import nullcontext
 from pathlib import Path
 
+from selskill.data.contract import StageRefused, changed_inputs, check_stage, hold_lock, read_stage
+from selskill.data.inputs import StageInputs, fingerprint
 from selskill.data.layout import StageDir, check_model_source, resolve_round_policy
-from selskill.data.shards import read_shards, write_json_atomic, write_text_atomic
+from selskill.data.shards import ShardError, write_json_atomic, write_text_atomic
 
 logger = logging.getLogger(__name__)
 
+CODE_VERSION = 1  # bump when a change alters what training computes (a complete round is then refused)
 COMPLETED = "COMPLETED"
 DATASET_DIR = "dataset"
 STATS_FILE = "pairs_stats.json"
+INPUTS_FILE = "selskill_inputs.json"  # in each checkpoint: the inputs of the run that wrote it
+
+# Train keys that say where training writes, how it logs, saves, evaluates or reports, and how fast or on
+# what it runs, not what it computes (memory and speed knobs change the model only at float rounding, as
+# batching does for the episode stages): left out of the recorded inputs, by name or by prefix.
+NOT_INPUT_KEYS = frozenset(
+    {
+        "output_dir",
+        "run_name",
+        "project",
+        "report_to",
+        "disable_tqdm",
+        "push_to_hub",
+        "resume_from_checkpoint",
+        "overwrite_output_dir",
+        "dry_run",
+        "train_accelerate_config",
+        "local_rank",
+        "use_cpu",
+        "skip_memory_metrics",
+        "per_device_eval_batch_size",
+        "bf16_full_eval",
+        "fp16_full_eval",
+        "batch_eval_metrics",
+        "prediction_loss_only",
+        "include_for_metrics",
+        "include_num_input_tokens_seen",
+        "metric_for_best_model",
+        "greater_is_better",
+        "load_best_model_at_end",
+        "dataset_num_proc",
+        "restore_callback_states_from_checkpoint",
+        "enable_jit_checkpoint",
+        "debug",
+        "torch_empty_cache_steps",
+        "deepspeed",
+        "fsdp",
+        "fsdp_config",
+        "parallelism_config",
+        "activation_offloading",
+        "auto_find_batch_size",
+        "use_liger_kernel",
+        "liger_kernel_config",
+        "padding_free",
+        "pad_to_multiple_of",
+        "tf32",
+    }
+)
+NOT_INPUT_PREFIXES = (
+    "logging_",
+    "log_",
+    "save_",
+    "hub_",
+    "trackio_",
+    "eval_",
+    "do_",
+    "dataloader_",
+    "ddp_",
+    "torch_compile",
+    "gradient_checkpointing",
+    "precompute_ref_",
+)
 
 
 class NoTrainablePairs(ValueError):
@@ -50,15 +124,18 @@ class NoTrainablePairs(ValueError):
 # --- inputs ---------------------------------------------------------------------------------------------
 
 
-def pair_shards(run) -> list[Path]:
-    label = StageDir.of(run.runs_dir, run.exp, run.round, "label")
-    shards = label.shard_files()
-    if not shards:
-        raise FileNotFoundError(
-            f"no pair shards found at {label.shards}: run the label stage first "
-            f"(round {run.round} of experiment {run.exp!r} under {run.runs_dir})"
-        )
-    return shards
+def train_inputs(cfg, model_path: str) -> StageInputs:
+    """What the trained model depends on: the label shards, the policy, the material train keys, the seed."""
+    keys = {f.name for f in dataclasses.fields(cfg)}
+    not_inputs = NOT_INPUT_KEYS | {k for k in keys if k.startswith(NOT_INPUT_PREFIXES)}
+    return StageInputs(
+        [cfg],
+        cfg.seed,
+        CODE_VERSION,
+        policy=model_path,
+        upstream=("label",),
+        not_inputs=frozenset(not_inputs),
+    )
 
 
 def _under_launcher() -> bool:
@@ -101,25 +178,22 @@ def read_accelerate_config(path: str) -> dict:
 # --- dataset --------------------------------------------------------------------------------------------
 
 
-def _dataset_key(shards: Sequence[Path], cfg) -> str:
-    """What the cached pair dataset depends on: the shards, every `train_*` key, max_length, seed.
+def _dataset_key(label_fingerprint: str, cfg) -> str:
+    """What the cached pair dataset depends on: the label shards' content, every `train_*` key, max_length, seed.
 
     The keys are taken from the config class, not listed by hand: a hand list once left out
     `train_branch_pools` and `train_max_pairs`, and a resumed run with either changed trained
     on the old dataset. A key that does not change the pairs only costs a rebuild.
     """
-    h = hashlib.sha256()
-    for p in shards:
-        st = p.stat()
-        h.update(f"{p.resolve()}:{st.st_size}:{st.st_mtime_ns}\n".encode())
     knobs = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name.startswith("train_")}
-    knobs.update(max_length=cfg.max_length, seed=cfg.seed)
-    h.update(json.dumps(knobs, sort_keys=True, default=str).encode())
-    return h.hexdigest()[:16]
+    knobs.update(max_length=cfg.max_length, seed=cfg.seed, label=label_fingerprint)
+    return hashlib.sha256(json.dumps(knobs, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def build_train_dataset(shards: Sequence[Path], cfg, tokenizer, out_dir: Path, is_main: bool):
-    """Pair shards -> token rows saved under out_dir (built once by the main process, reused on resume).
+def build_train_dataset(
+    label: StageDir, key: str, cfg, tokenizer, out_dir: Path, is_main: bool, world_size: int
+):
+    """The label stage's pairs -> token rows saved under out_dir (built once by the main process, reused on resume).
 
     The dataset lives on disk so that every process sees the same files, which is what TRL's
     `precompute_ref_log_probs` cache needs with several processes
@@ -129,15 +203,14 @@ def build_train_dataset(shards: Sequence[Path], cfg, tokenizer, out_dir: Path, i
 
     from selskill.train.pairs import build_from_config, examples_to_dataset
 
-    key = _dataset_key(shards, cfg)
     stamp = out_dir / "build.json"
     if is_main and not (stamp.is_file() and json.loads(stamp.read_text()).get("key") == key):
-        table = read_shards(shards, "pair")
+        table = read_stage(label, "pair", world_size)
         examples, stats = build_from_config(table, cfg, tokenizer)
         logger.info(stats.report())
         if not examples:
             raise ValueError(
-                f"no trainable pairs in {len(shards)} shard(s) at {shards[0].parent} "
+                f"no trainable pairs in the label stage at {label.shards} "
                 f"(train_pair_kinds={cfg.train_pair_kinds}, max_length={cfg.max_length}): see the counts above"
             )
         tmp = out_dir.with_name(out_dir.name + ".tmp")
@@ -230,14 +303,16 @@ def _safetensors_problem(path: Path) -> str | None:
 def checkpoint_problem(ckpt: Path) -> str | None:
     """Why `ckpt` cannot be resumed from (None: it can): a file the save never finished.
 
-    trainer_state.json is the last file the Trainer writes; every weights, optimizer and
-    state file must also be whole (safetensors by its header, torch pickles by their zip
-    directory, JSON by parsing).
+    trainer_state.json is the last file the Trainer writes, and the inputs file is written
+    after it (`record_inputs`); every weights, optimizer and state file must also be whole
+    (safetensors by its header, torch pickles by their zip directory, JSON by parsing).
     """
     import zipfile
 
     if not (ckpt / "trainer_state.json").is_file():
         return "it has no trainer_state.json (the save did not finish)"
+    if not (ckpt / INPUTS_FILE).is_file():
+        return f"it has no {INPUTS_FILE} (the save did not finish, or a selskill that did not record inputs wrote it)"
     for f in sorted(p for p in ckpt.rglob("*") if p.is_file()):
         rel = f.relative_to(ckpt)
         if f.suffix == ".safetensors":
@@ -275,6 +350,21 @@ def resumable_checkpoint(stage_path: Path) -> tuple[Path | None, list[tuple[Path
     return None, broken
 
 
+def record_inputs(recorded: dict):
+    """A Trainer callback writing `recorded` into every checkpoint once it is saved: a rerun resumes only a
+    checkpoint of its own run (same inputs), and one without the file counts as unfinished."""
+    from transformers import TrainerCallback
+    from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+    class RecordInputs(TrainerCallback):
+        def on_save(self, args, state, control, **kwargs):
+            if state.is_world_process_zero:
+                ckpt = Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"
+                write_json_atomic(recorded, ckpt / INPUTS_FILE)
+
+    return RecordInputs()
+
+
 def set_aside(ckpt: Path) -> Path:
     dest = ckpt.with_name(INCOMPLETE_PREFIX + ckpt.name)
     n = 1
@@ -286,23 +376,62 @@ def set_aside(ckpt: Path) -> Path:
 
 
 def run_train(run, policy, cfg) -> Path:
-    """Train round `run.round`; returns the train stage directory."""
+    """Train round `run.round`; returns the train stage directory.
+
+    Refused (`StageRefused`): another process trains the round, or without `run.redo` its
+    `COMPLETED` or the checkpoint it would resume recorded other inputs than this run's.
+    """
     from accelerate import PartialState
+
+    state = PartialState()
+    stage = StageDir.of(run.runs_dir, run.exp, run.round, "train")
+    # the main process holds the round; the others follow it (a refused main process ends the launch)
+    lock = (
+        hold_lock(stage.lock(0), f"train: round {run.round} of {run.exp!r}")
+        if state.is_main_process
+        else None
+    )
+    with lock or nullcontext():
+        _train_locked(run, policy, cfg, state, stage)
+    return stage.path
+
+
+def _refuse_changed(what: str, changes: list[str], recorded_in: Path, fix: str) -> None:
+    if changes:
+        raise changed_inputs(f"train: {what}", changes, recorded_in, fix)
+
+
+def _train_locked(run, policy, cfg, state, stage: StageDir) -> None:
+    """Every input is verified (in every process: each reaches the same verdict) before anything is removed."""
     from transformers import AutoTokenizer
 
     from selskill.train.trainer import SelSkillDPOTrainer
 
-    state = PartialState()
-    stage = StageDir.of(run.runs_dir, run.exp, run.round, "train")
+    model_path, source = resolve_round_policy(run, policy)
+    label = StageDir.of(run.runs_dir, run.exp, run.round, "label")
+    check_stage(label, run.world_size, "pair")
+    check_model_source(model_path, f"the policy round {run.round} trains")
+    inputs = train_inputs(cfg, model_path)
+    record = inputs.record(stage)
+    recorded = {"fingerprint": fingerprint(record), "inputs": record}
     done = stage.path / COMPLETED
     if done.exists() and not run.redo:
+        before = json.loads(done.read_text() or "{}").get("inputs")
+        if before is None:
+            if state.is_main_process:
+                logger.info(f"train: {done} predates recorded inputs: reused unchecked (--redo trains again)")
+        else:
+            _refuse_changed(
+                f"round {run.round}",
+                inputs.changes(before, record),
+                done,
+                "Rerun with --redo to train again (its model and checkpoints are replaced)",
+            )
         if state.is_main_process:
             logger.info(
                 f"train: {stage.path} is complete ({COMPLETED} exists); rerun with --redo to train again"
             )
-        return stage.path
-    shards = pair_shards(run)
-    model_path, source = resolve_round_policy(run, policy)
+        return
     if state.is_main_process:
         if run.redo:
             old = [
@@ -321,29 +450,15 @@ def run_train(run, policy, cfg) -> Path:
         stage.path.mkdir(parents=True, exist_ok=True)
     state.wait_for_everyone()
 
-    cfg.output_dir = str(stage.path)
-    cfg.trust_remote_code = policy.trust_remote_code
-    if state.is_main_process:
-        write_resolved_config(stage.config, run, policy, cfg)
-        logger.info(f"train: round {run.round} of {run.exp!r} from {model_path} ({source}) -> {stage.path}")
-
-    tokenizer = AutoTokenizer.from_pretrained(model_path, trust_remote_code=policy.trust_remote_code)
-    with state.main_process_first():
-        dataset = build_train_dataset(shards, cfg, tokenizer, stage.path / DATASET_DIR, state.is_main_process)
-    if len(dataset) == 0:
-        label_stats = StageDir.of(run.runs_dir, run.exp, run.round, "label").stats
-        raise NoTrainablePairs(
-            f"round {run.round} has no trainable pairs (see the discard reasons in {label_stats}): local pairs need "
-            "a successful continuation at a branch point and episode pairs a success among a task's samples. Sample "
-            "more (sample_k, sample_max_tasks, fork_k_*), give episodes more steps (max_decisions), or start from a "
-            "stronger policy"
-        )
-    check_model_source(model_path, f"the policy round {run.round} trains")
-    setup_wandb(run, cfg, stage.path, state.is_main_process)
-
-    start = time.time()
-    trainer = SelSkillDPOTrainer(model_path, args=cfg, train_dataset=dataset, processing_class=tokenizer)
     last, broken = resumable_checkpoint(stage.path)
+    if last is not None:
+        own = json.loads((last / INPUTS_FILE).read_text()).get("inputs") or {}
+        _refuse_changed(
+            f"{last}",
+            inputs.changes(own, record),
+            last / INPUTS_FILE,
+            "It is not resumed: rerun with --redo to train from the start (the round's checkpoints are deleted)",
+        )
     state.wait_for_everyone()  # every process has chosen before the main one moves anything
     if state.is_main_process:
         for ckpt, problem in broken:
@@ -352,7 +467,31 @@ def run_train(run, policy, cfg) -> Path:
             logger.info(f"train: resuming from {last}")
         elif broken:
             logger.info("train: no complete checkpoint left: training from the start")
-    state.wait_for_everyone()
+
+    cfg.output_dir = str(stage.path)
+    cfg.trust_remote_code = policy.trust_remote_code
+    if state.is_main_process:
+        write_resolved_config(stage.config, run, policy, cfg)
+        logger.info(f"train: round {run.round} of {run.exp!r} from {model_path} ({source}) -> {stage.path}")
+
+    tokenizer = AutoTokenizer.from_pretrained(model_path, trust_remote_code=policy.trust_remote_code)
+    key = _dataset_key(record["label shards"], cfg)
+    with state.main_process_first():
+        dataset = build_train_dataset(
+            label, key, cfg, tokenizer, stage.path / DATASET_DIR, state.is_main_process, run.world_size
+        )
+    if len(dataset) == 0:
+        raise NoTrainablePairs(
+            f"round {run.round} has no trainable pairs (see the discard reasons in {label.stats}): local pairs need "
+            "a successful continuation at a branch point and episode pairs a success among a task's samples. Sample "
+            "more (sample_k, sample_max_tasks, fork_k_*), give episodes more steps (max_decisions), or start from a "
+            "stronger policy"
+        )
+    setup_wandb(run, cfg, stage.path, state.is_main_process)
+
+    start = time.time()
+    trainer = SelSkillDPOTrainer(model_path, args=cfg, train_dataset=dataset, processing_class=tokenizer)
+    trainer.add_callback(record_inputs(recorded))
     resumed_at = json.loads((last / "trainer_state.json").read_text())["global_step"] if last else 0
     result = trainer.train(resume_from_checkpoint=str(last) if last else None)
 
@@ -385,6 +524,7 @@ def run_train(run, policy, cfg) -> Path:
                 "distributed_type": str(trainer.accelerator.distributed_type.value),
                 "zero_stage": getattr(trainer.accelerator.state.deepspeed_plugin, "zero_stage", None),
                 "seconds": round(time.time() - start, 1),
+                **recorded,
             },
             done,
         )
@@ -394,7 +534,6 @@ def run_train(run, policy, cfg) -> Path:
         import wandb
 
         wandb.finish()
-    return stage.path
 
 
 # --- dry run --------------------------------------------------------------------------------------------
@@ -432,8 +571,13 @@ def dry_run(run, policy, cfg, out=print) -> dict:
     except FileNotFoundError as exc:
         model_path, info["policy"] = None, f"not available yet: {exc}"
     label = StageDir.of(run.runs_dir, run.exp, run.round, "label")
-    shards = label.shard_files()
-    if shards:
+    info["pairs"] = table = None
+    if label.shard_files() or label.completed_ranks():
+        try:  # the pairs training would read: through the same verified reader
+            table = read_stage(label, "pair", run.world_size)
+        except (FileNotFoundError, ShardError, StageRefused) as exc:
+            info["label_problem"] = str(exc)
+    if table is not None:
         from selskill.train.pairs import build_from_config
 
         tokenizer = None
@@ -441,11 +585,9 @@ def dry_run(run, policy, cfg, out=print) -> dict:
             from transformers import AutoTokenizer
 
             tokenizer = AutoTokenizer.from_pretrained(model_path)
-        examples, stats = build_from_config(read_shards(shards, "pair"), cfg, tokenizer)
+        examples, stats = build_from_config(table, cfg, tokenizer)
         info["pairs"] = len(examples)
         info["pair_report"] = stats.report()
-    else:
-        info["pairs"] = None
     n = info["pairs"]
     steps = count_steps(n, cfg, world) if n else (cfg.max_steps if cfg.max_steps > 0 else None)
     info["steps"] = steps
@@ -478,7 +620,12 @@ def dry_run(run, policy, cfg, out=print) -> dict:
     )
     if n is None:
         examples = ", ".join(f"{p} pairs -> {count_steps(p, cfg, world)}" for p in (500, 2000, 10000))
-        out(f"  pairs: no shards at {label.shards} yet; steps: {examples}")
+        why = (
+            f"the label stage is not complete: {info['label_problem']}"
+            if "label_problem" in info
+            else (f"no shards at {label.shards} yet")
+        )
+        out(f"  pairs: {why}; steps: {examples}")
     else:
         out("  " + info["pair_report"].replace("\n", "\n  "))
         out(f"  steps: {steps} (warmup {info['warmup_steps']})")
@@ -503,7 +650,7 @@ def parse(argv: Sequence[str] | None = None):
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Train (or dry-run) in this process; under `accelerate launch`, in every process.
-    A bad recipe exits 2 with its one-line message, as every other entry point does."""
+    A bad recipe, a missing or unverified input or a refused run exits 2 with its one-line message."""
     try:
         run, policy, cfg = parse(argv)
     except ValueError as exc:
@@ -512,7 +659,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if cfg.dry_run:
         dry_run(run, policy, cfg)
         return 0
-    run_train(run, policy, cfg)
+    try:
+        run_train(run, policy, cfg)
+    except (
+        FileNotFoundError,
+        ShardError,
+        StageRefused,
+    ) as exc:  # a missing or refused input: what, and the fix
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 

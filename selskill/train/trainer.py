@@ -7,8 +7,9 @@ a `_prepare_dataset` that lets pre-tokenized rows through (the stock one re-toke
 and signature columns that keep the mask columns. Loss, reference handling, DeepSpeed/DDP,
 precompute and logging stay TRL's.
 
-The overridden hooks are private to trl: trl is pinned (pyproject) and
-tests/test_train_trainer.py::test_trl_contract fails loudly if an upgrade changes them.
+The overridden hooks are private to trl: pyproject.toml allows one trl release line,
+constraints.txt pins the release checked, and tests/test_train_trainer.py::test_trl_contract
+fails loudly if an upgrade changes them.
 """
 
 from __future__ import annotations

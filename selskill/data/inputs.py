@@ -1,0 +1,172 @@
+"""What a stage's output depends on: its recorded inputs, their fingerprint, and how two records differ.
+
+Every stage that writes a run directory, train included, records these inputs next to its
+output (a rank's completion marker, train's COMPLETED and each of its checkpoints) and
+compares them on every rerun: an output computed from other inputs is refused naming the
+keys that differ, never silently reused (docs/design.md, "The stage contract"). They live
+here, below the stages and the trainer, so that both record them one way.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from selskill.data.layout import StageDir, is_local_path
+from selskill.data.shards import file_sha256
+
+# Keys that say where, as whom or how fast a stage runs, not what it computes: they are not
+# part of a rank's recorded inputs (each episode samples from its own seeded generator, so
+# batching and concurrency change results only at float rounding; docs/design.md).
+NOT_INPUTS = frozenset(
+    {
+        "exp",
+        "runs_dir",
+        "rank",
+        "redo",
+        "wandb_project",
+        "policy_device",
+        "trust_remote_code",
+        "concurrent_episodes",
+        "policy_batch_size",
+        "env_overlap",
+        # which executor ran a rank, and with what resources (selskill/executors/)
+        "executor",
+        "local_workers",
+        "slurm_partition",
+        "slurm_time",
+        "slurm_cpus_per_task",
+        "slurm_gpus_per_task",
+        "slurm_train_gpus",
+        "slurm_mem",
+        "slurm_array_parallelism",
+        "slurm_sbatch_args",
+        "ray_address",
+        "ray_cpus_per_task",
+        "ray_gpus_per_task",
+        "ray_train_gpus",
+    }
+)
+
+
+def _flatten(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def changed_settings(old: dict, new: dict) -> list[str]:
+    """`key: old -> new` for every (nested, dotted) key whose value differs; `(none)` where one lacks it."""
+    a, b = _flatten(old), _flatten(new)
+    return [
+        f"{k}: {a.get(k, '(none)')!r} -> {b.get(k, '(none)')!r}"
+        for k in sorted(set(a) | set(b))
+        if a.get(k, "(none)") != b.get(k, "(none)")
+    ]
+
+
+def config_values(configs: Sequence) -> dict:
+    """The plain-valued fields of the recipe sections `configs` (tuples as lists)."""
+    merged = {}
+    for cfg in configs:
+        for f in dataclasses.fields(cfg):
+            value = getattr(cfg, f.name)
+            if isinstance(value, (str, int, float, bool, type(None), list, tuple, dict)):
+                merged[f.name] = list(value) if isinstance(value, tuple) else value
+    return merged
+
+
+def policy_fingerprint(source: str) -> str:
+    """Identity of a model: for a directory, its files' names, sizes and first and last MiB; else the hub id.
+
+    Content, not path: an experiment that links another's round 0 has the same policy.
+    """
+    if not is_local_path(source):
+        return f"hub:{source}"
+    path = Path(source).expanduser()
+    if not path.is_dir():
+        return f"missing:{source}"
+    h = hashlib.sha256()
+    for p in sorted(path.iterdir()):
+        if not p.is_file() or p.name.startswith("."):
+            continue
+        size = p.stat().st_size
+        h.update(f"{p.name}:{size}\n".encode())
+        with open(p, "rb") as f:
+            h.update(f.read(1 << 20))
+            if size > 2 << 20:
+                f.seek(size - (1 << 20))
+                h.update(f.read())
+    return h.hexdigest()[:16]
+
+
+def stage_fingerprint(stage: StageDir) -> str:
+    """Identity of a stage's output: the sha256 of each completed rank's shard (as its marker records it)."""
+    ranks = stage.completed_ranks()
+    if not ranks:
+        return "missing"
+    h = hashlib.sha256()
+    for r in ranks:
+        digest = (stage.read_marker(r) or {}).get("sha256")
+        if digest is None:  # a marker written before markers recorded it
+            digest = file_sha256(stage.shard(r)) if stage.shard(r).is_file() else "missing"
+        h.update(f"{r}:{digest}\n".encode())
+    return h.hexdigest()[:16]
+
+
+def fingerprint(record: dict) -> str:
+    return hashlib.sha256(json.dumps(record, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+@dataclass
+class StageInputs:
+    """What a stage's output depends on: recorded with it, compared on every rerun.
+
+    `configs` are the recipe sections the stage reads (keys in `not_inputs` left out),
+    `code_version` the stage module's `CODE_VERSION` (bump it when a change alters its
+    output), `policy` the model it runs, `upstream` the stages of the same round it reads.
+    """
+
+    configs: Sequence
+    seed: int
+    code_version: int
+    policy: str | None = None
+    upstream: Sequence[str] = ()
+    not_inputs: frozenset = NOT_INPUTS
+
+    def upstream_stages(self, stage: StageDir) -> list[StageDir]:
+        return [StageDir(stage.path.parent / name) for name in self.upstream]
+
+    def record(self, stage: StageDir) -> dict:
+        """As JSON stores it (an enum as its value), so that a record read back compares equal."""
+        out = {k: v for k, v in config_values(self.configs).items() if k not in self.not_inputs}
+        out["seed"] = int(self.seed)
+        out["code_version"] = self.code_version
+        if self.policy is not None:
+            out["policy"] = policy_fingerprint(self.policy)
+        for up in self.upstream_stages(stage):
+            out[f"{up.path.name} shards"] = stage_fingerprint(up)
+        return json.loads(json.dumps(out, default=str))
+
+    def changes(self, recorded: dict, now: dict) -> list[str]:
+        """`key: recorded -> now` for each input that differs.
+
+        A key added to a recipe section after the record was written counts as unchanged
+        while it keeps its default; a key that no longer exists is ignored.
+        """
+        defaults = {}
+        for cfg in self.configs:
+            for f in dataclasses.fields(cfg):
+                if f.default is not dataclasses.MISSING:
+                    defaults[f.name] = f.default
+        defaults = json.loads(json.dumps(defaults, default=str))
+        old = {k: recorded[k] if k in recorded else defaults.get(k, recorded.get(k)) for k in now}
+        return changed_settings(old, now)

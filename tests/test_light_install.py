@@ -1,0 +1,125 @@
+"""The base install: with every extra's package hidden, selskill imports, loads a round's pairs and
+writes the report (`make check-light-install` repeats it in a venv without the extras); the
+extras and constraints.txt agree with pyproject.toml."""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from importlib.metadata import packages_distributions
+from pathlib import Path
+
+import pytest
+from light_install import EXP, OPTIONAL, write
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+from selskill import cli
+from selskill.data.schema import SCHEMAS
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _project() -> dict:
+    tomllib = pytest.importorskip("tomllib", reason="reading pyproject.toml takes Python 3.11's tomllib")
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+
+
+def _run(*args, **kw):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+    return subprocess.run(
+        [sys.executable, str(ROOT / "tests" / "light_install.py"), *args],
+        env=env, capture_output=True, text=True, **kw,
+    )  # fmt: skip
+
+
+def test_pairs_load_and_the_report_is_written_without_any_extra(tmp_path):
+    write(tmp_path)
+    out = _run("read", str(tmp_path), "--hide-optional")
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    import selskill
+
+    assert got["pairs"] == len(selskill.load_pairs(tmp_path / EXP, 1)) > 0
+    assert got["columns"] == SCHEMAS["pair"].names
+    assert got["report"] == [str(tmp_path / EXP / "report.md"), str(tmp_path / EXP / "report.html")]
+
+
+def test_the_hiding_is_real(tmp_path):
+    """The hidden packages cannot be imported, and a check for a light venv refuses this one."""
+    code = (
+        "import sys; sys.path.insert(0, 'tests'); import light_install as li; li.hide(li.OPTIONAL)\n"
+        "import importlib.util\n"
+        "assert all(importlib.util.find_spec(m) is None for m in li.OPTIONAL)\n"
+        "try:\n    import torch\nexcept ModuleNotFoundError:\n    print('hidden')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert out.stdout.strip() == "hidden", out.stderr
+    refused = _run("read", str(tmp_path), "--not-installed")
+    assert refused.returncode != 0 and "not a light install: torch" in refused.stderr
+
+
+def _extra_modules(extra: str) -> set[str]:
+    """Top-level modules the distributions of `extra` provide (where one is not installed here, as
+    vllm in .venv: the module of its name)."""
+    names = {canonicalize_name(Requirement(r).name) for r in _project()["optional-dependencies"][extra]}
+    installed = {
+        m for m, dists in packages_distributions().items() if names & {canonicalize_name(d) for d in dists}
+    }
+    return installed | {n.replace("-", "_") for n in names}
+
+
+def test_every_missing_module_hint_names_an_extra_that_installs_it():
+    for module, extra in cli.EXTRA_OF.items():
+        assert module in _extra_modules(extra), f"{module} is not installed by extra {extra}"
+    # bfcl-eval is installed --no-deps outside any extra; selskill.envs.bfcl names that command
+    assert set(OPTIONAL) - {"bfcl_eval"} <= set(cli.EXTRA_OF)
+    base = {canonicalize_name(Requirement(r).name) for r in _project()["dependencies"]}
+    assert not base & {canonicalize_name(m) for m in OPTIONAL}
+
+
+def test_a_missing_extra_is_one_line_naming_the_install(tmp_path):
+    code = (
+        "import sys; sys.path.insert(0, 'tests'); import light_install as li; li.hide(li.OPTIONAL)\n"
+        "from selskill.cli import main\n"
+        f"sys.exit(main(['round', '--config', 'recipes/tiny.yaml', '--runs_dir', {str(tmp_path)!r}]))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.strip() == (
+        "selskill round: error: this needs trl, which is not installed: pip install 'selskill[train]'"
+    )
+
+
+def _pins(path: Path) -> list[str]:
+    return [line for line in path.read_text().splitlines() if line and not line.startswith("#")]
+
+
+def test_constraints_txt_pins_what_all_and_dev_installed_here(tmp_path):
+    """constraints.txt is what `make constraints` writes from this venv, and pyproject.toml's
+    ranges admit every pin."""
+    spec = importlib.util.spec_from_file_location(
+        "pin_constraints", ROOT / "pipelines" / "pin_constraints.py"
+    )
+    pin = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(pin)
+    out = tmp_path / "constraints.txt"
+    assert pin.main(["--out", str(out), "--pyproject", str(ROOT / "pyproject.toml")]) == 0
+    assert _pins(out) == _pins(ROOT / "constraints.txt"), "constraints.txt is stale: run `make constraints`"
+    pins = dict(line.partition("==")[::2] for line in _pins(out))
+    for req in pin.project_requirements(ROOT / "pyproject.toml", {"all", "dev"}):
+        if req.name in pin.NOT_PINNED:
+            assert req.name not in pins
+            continue
+        version = pins[canonicalize_name(req.name)]
+        assert req.specifier.contains(version, prereleases=True), f"{req} excludes the pinned {version}"
+
+
+@pytest.mark.parametrize("extra", ["all", "dev"])
+def test_all_and_dev_are_made_of_the_other_extras(extra):
+    optional = _project()["optional-dependencies"]
+    for r in optional[extra]:
+        req = Requirement(r)
+        if canonicalize_name(req.name) == "selskill":
+            assert req.extras <= set(optional), req
