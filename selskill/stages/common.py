@@ -204,7 +204,9 @@ class StageInputs:
 
     `configs` are the recipe sections the stage reads (keys in `NOT_INPUTS` left out),
     `code_version` the stage module's `CODE_VERSION` (bump it when a change alters the
-    rows), `policy` the model it runs, `upstream` the stages of the same round it reads.
+    rows), `policy` the model it runs, `upstream` the stages of the same round it reads,
+    `games` what the tasks it plays are made of, per split (`context.games_identity`):
+    content, not path, so regenerated games in the same folder are a changed input.
     """
 
     configs: Sequence
@@ -212,6 +214,7 @@ class StageInputs:
     code_version: int
     policy: str | None = None
     upstream: Sequence[str] = ()
+    games: dict | None = None
 
     def record(self, stage: StageDir) -> dict:
         out = {k: v for k, v in config_values(self.configs).items() if k not in NOT_INPUTS}
@@ -221,14 +224,18 @@ class StageInputs:
             out["policy"] = policy_fingerprint(self.policy)
         for name in self.upstream:
             out[f"{name} shards"] = stage_fingerprint(StageDir(stage.path.parent / name))
+        if self.games is not None:
+            out["games"] = self.games
         return out
 
     def changes(self, recorded: dict, now: dict) -> list[str]:
         """`key: recorded -> now` for each input that differs.
 
         A key added to a recipe section after the marker was written counts as unchanged
-        while it keeps its default; a key that no longer exists is ignored.
+        while it keeps its default; a key that no longer exists is ignored, and so are the
+        games of a marker written before markers recorded them (`run_rank` says so).
         """
+        now = {k: v for k, v in now.items() if k != "games" or k in recorded}
         defaults = {}
         for cfg in self.configs:
             for f in dataclasses.fields(cfg):
@@ -278,6 +285,31 @@ def _refuse_changed(stage: StageDir, rank: int, changes: list[str], what: str) -
         )
 
 
+def recorded_games(stage: StageDir) -> dict:
+    """The games (split -> identity) the complete ranks of `stage` recorded playing."""
+    games: dict = {}
+    for r in stage.completed_ranks():
+        games |= ((stage.read_marker(r) or {}).get("inputs") or {}).get("games") or {}
+    return games
+
+
+def _refuse_games_changed_since_upstream(stage: StageDir, inputs: StageInputs) -> None:
+    """A stage that plays on from an upstream stage's episodes (fork from sample) must play the games those
+    episodes were played on: recomputing this stage alone would not help, the upstream one must be redone."""
+    for name in inputs.upstream:
+        before = recorded_games(StageDir(stage.path.parent / name))
+        changes = changed_settings(
+            {s: g for s, g in before.items() if s in (inputs.games or {})},
+            {s: g for s, g in (inputs.games or {}).items() if s in before},
+        )
+        if changes:
+            raise StageRefused(
+                f"{stage.path.name}: the games changed since the {name} stage played them: "
+                f"{'; '.join(f'games.{c}' for c in changes)}. Rerun the round's stages from {name} with --redo, "
+                "or restore the games"
+            )
+
+
 def run_rank(
     stage: StageDir,
     kind: str,
@@ -307,6 +339,10 @@ def run_rank(
                     )
                 else:
                     _refuse_changed(stage, rank, inputs.changes(marker["inputs"], record), f"rank {rank}")
+                    if "games" in record and "games" not in marker["inputs"]:
+                        log(
+                            f"{name}: rank {rank}'s marker predates recorded games: reused unchecked (--redo recomputes)"
+                        )
                 log(f"{name}: rank {rank} already complete, skipping ({stage.marker(rank)})")
                 return False
             log(f"{name}: rank {rank} is recomputed: {problem}")
@@ -315,6 +351,7 @@ def run_rank(
                 recorded = (stage.read_marker(other) or {}).get("inputs") if other != rank else None
                 if recorded is not None:
                     _refuse_changed(stage, other, inputs.changes(recorded, record), f"its rank {other}")
+        _refuse_games_changed_since_upstream(stage, inputs)
         stage.marker(rank).unlink(missing_ok=True)
         write_stage_config(stage, inputs.configs, inputs.seed)
         stats = StageStats()
