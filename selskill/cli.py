@@ -482,15 +482,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.recipe_args = unknown  # --config RECIPE and --key value overrides, checked by TrlParser
     elif unknown:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
-    from selskill.executors import StageFailed
-    from selskill.stages.common import StageRefused
+    from selskill.errors import run_main
 
-    try:
-        return args.func(args)
-    # bad input, or a rank refused (another writer, recorded inputs that differ): what and the fix, no traceback
-    except (FileNotFoundError, FileExistsError, ValueError, StageRefused, StageFailed) as exc:
-        print(f"selskill {args.command}: error: {exc}", file=sys.stderr)
-        return 2
+    return run_main(lambda: args.func(args))
 
 
 if __name__ == "__main__":

@@ -25,6 +25,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from selskill.errors import ExplainedError
+
 if TYPE_CHECKING:
     from selskill.config import Recipe
 
@@ -64,7 +66,7 @@ class Stage:
         return self.fn(recipe)
 
 
-class StageFailed(RuntimeError):
+class StageFailed(ExplainedError):
     """Some ranks of a stage raised; the others ran to the end (their outputs are complete and kept)."""
 
 

@@ -41,6 +41,7 @@ from selskill.data.shards import (
     write_shard,
     write_text_atomic,
 )
+from selskill.errors import ExplainedError
 
 # Keys that say where, as whom or how fast a stage runs, not what it computes: they are not
 # part of a rank's recorded inputs (each episode samples from its own seeded generator, so
@@ -76,7 +77,7 @@ NOT_INPUTS = frozenset(
 )
 
 
-class StageRefused(RuntimeError):
+class StageRefused(ExplainedError):
     """A rank cannot run as asked: another process holds it, or what it recorded differs from this run."""
 
 

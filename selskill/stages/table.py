@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from selskill.config import Recipe, load_recipe
 from selskill.data.layout import policy_dir, resolve_round_policy, round_dir
+from selskill.errors import run_main
 from selskill.executors.base import Stage, StageFailed
-from selskill.stages.common import StageRefused
 
 
 def ensure_init_policy(recipe: Recipe) -> Path | None:
@@ -101,7 +100,7 @@ def train_stage(recipe: Recipe) -> None:
     from selskill.train.run import launch_parsed
 
     if launch_parsed(recipe.run, recipe.policy, recipe.train, recipe.argv) != 0:
-        raise RuntimeError("the train stage failed (see its output above)")
+        raise StageFailed("the train stage failed (see its output above)")
 
 
 def eval_stage(recipe: Recipe):
@@ -169,20 +168,13 @@ def round_stages(names: Sequence[str] | None = None) -> list[Stage]:
 
 
 def run_entry(job: Callable[[Recipe], object], argv: Sequence[str] | None = None) -> int:
-    """Parse the recipe and run `job(recipe)`: bad input exits 2, missing upstream outputs or a refused rank
-    (another writer, recorded inputs that differ) or failed ranks of an executor 1, each with its message
-    instead of a traceback."""
-    try:
-        recipe = load_recipe(argv)
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    try:
-        job(recipe)
-    except (FileNotFoundError, StageRefused, StageFailed) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    return 0
+    """Parse the recipe and run `job(recipe)`, ending on an error with its one line (`selskill.errors`)."""
+
+    def main() -> int:
+        job(load_recipe(argv))
+        return 0
+
+    return run_main(main)
 
 
 def stage_main(name: str, argv: Sequence[str] | None = None) -> int:

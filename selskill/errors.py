@@ -1,0 +1,49 @@
+"""How every entry point ends on an error a person can act on: one line, `error: <what is wrong and the fix>`.
+
+`selskill`, `pipelines/*.py`, `python -m selskill.stages` and `python -m selskill.train.run`
+all run their work through `run_main`, so one error reads the same whichever of them met it
+(a traceback hides the line that matters under thirty lines that do not).
+
+Exit status 2: bad input, a value or a path that is wrong (`ValueError`, `FileNotFoundError`,
+`FileExistsError`). Exit status 1: the run cannot go on as asked (`ExplainedError`: a refused
+or failed stage, a corrupt shard; any other `OSError`, such as a full disk, which names the
+file). Any other exception is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import errno
+import sys
+from collections.abc import Callable
+
+BAD_INPUT = (ValueError, FileNotFoundError, FileExistsError)
+
+
+class ExplainedError(RuntimeError):
+    """An error whose message says what is wrong and the fix: entry points print it without a traceback."""
+
+
+def error_message(exc: BaseException) -> str:
+    """The message of `exc` as an entry point prints it; an OSError names its file first."""
+    if isinstance(exc, OSError) and exc.filename is not None and exc.strerror:
+        files = f"{exc.filename}" + (f" -> {exc.filename2}" if exc.filename2 is not None else "")
+        message = f"{files}: {exc.strerror}"
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            message += " (free space on that filesystem, then rerun: complete ranks are skipped)"
+        return message
+    return str(exc) or type(exc).__name__
+
+
+def run_main(main: Callable[[], int | None], out=None) -> int:
+    """`main()`'s exit status, or an error's one line on stderr and its status (2: bad input, 1: the run
+    cannot go on)."""
+    try:
+        return int(main() or 0)
+    except BAD_INPUT as exc:
+        status = 2
+        error = exc
+    except (ExplainedError, OSError) as exc:
+        status = 1
+        error = exc
+    print(f"error: {error_message(error)}", file=out or sys.stderr, flush=True)
+    return status
