@@ -64,9 +64,12 @@ def _cmd_init(args: argparse.Namespace) -> int:
     from selskill.config import load_recipe
     from selskill.stages.context import ensure_games
     from selskill.stages.round import format_summary, round_summary
-    from selskill.stages.table import BY_NAME
+    from selskill.stages.table import BY_NAME, describe_only
 
     recipe = load_recipe(args.recipe_args)
+    if recipe.train.dry_run:
+        describe_only(recipe.with_run(round=1, rank=0, world_size=1), "init")
+        return 0
     if recipe.policy.model_name_or_path:
         ensure_games(recipe.run, recipe.games)
         print("model_name_or_path is set: the recipe starts from that model, no init policy to build")

@@ -167,6 +167,17 @@ def round_stages(names: Sequence[str] | None = None) -> list[Stage]:
     return [s for s in STAGES if s.name in names]
 
 
+def describe_only(recipe: Recipe, name: str, rank: int | None = None) -> None:
+    """A dry run of stage `name` (`rank`: that rank only) in this process: what it would run, and nothing
+    computed or written (train has its own dry run, which also counts the pairs and steps)."""
+    from selskill.executors.base import DRY_RUN_DONE
+    from selskill.executors.local import LocalExecutor
+
+    executor = LocalExecutor(workers=1, dry_run=True)
+    executor.describe(recipe, BY_NAME[name], rank=rank)
+    executor.out(DRY_RUN_DONE)
+
+
 def run_entry(job: Callable[[Recipe], object], argv: Sequence[str] | None = None) -> int:
     """Parse the recipe and run `job(recipe)`, ending on an error with its one line (`selskill.errors`)."""
 
@@ -184,6 +195,10 @@ def stage_main(name: str, argv: Sequence[str] | None = None) -> int:
         from selskill.train.run import init_cpu_deepspeed
 
         init_cpu_deepspeed()
-    return run_entry(
-        lambda r: stage.run(r, r.run.rank, r.run.world_size) if stage.sharded else stage.run(r), argv
-    )
+
+    def job(r: Recipe):
+        if r.train.dry_run and stage.name != "train":
+            return describe_only(r, stage.name, r.run.rank)
+        return stage.run(r, r.run.rank, r.run.world_size) if stage.sharded else stage.run(r)
+
+    return run_entry(job, argv)
