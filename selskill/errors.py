@@ -4,10 +4,12 @@
 all run their work through `run_main`, so one error reads the same whichever of them met it
 (a traceback hides the line that matters under thirty lines that do not).
 
-Exit status 2: bad input, a value or a path that is wrong (`ValueError`, `FileNotFoundError`,
-`FileExistsError`). Exit status 1: the run cannot go on as asked (`ExplainedError`: a refused
-or failed stage, a corrupt shard; any other `OSError`, such as a full disk, which names the
-file). Any other exception is a bug and keeps its traceback.
+Exit status 2: the command cannot run as given, and the message says what to change: a bad
+value or path (`ValueError`, `FileNotFoundError`, `FileExistsError`), or an input that
+conflicts with what is on disk (an `ExplainedError`: a rank refused for other recorded inputs
+or another writer, a shard that does not match its marker). Exit status 1: the command ran
+and failed (`StageFailed`: ranks that raised; any other `OSError`, such as a full disk,
+which names the file). Any other exception is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ BAD_INPUT = (ValueError, FileNotFoundError, FileExistsError)
 class ExplainedError(RuntimeError):
     """An error whose message says what is wrong and the fix: entry points print it without a traceback."""
 
+    status = 2  # the exit status of an entry point that ends on it
+
 
 def error_message(exc: BaseException) -> str:
     """The message of `exc` as an entry point prints it; an OSError names its file first."""
@@ -35,15 +39,15 @@ def error_message(exc: BaseException) -> str:
 
 
 def run_main(main: Callable[[], int | None], out=None) -> int:
-    """`main()`'s exit status, or an error's one line on stderr and its status (2: bad input, 1: the run
-    cannot go on)."""
+    """`main()`'s exit status, or an error's one line on stderr and its status (2: the command cannot run as
+    given, 1: it ran and failed)."""
     try:
         return int(main() or 0)
     except BAD_INPUT as exc:
-        status = 2
-        error = exc
-    except (ExplainedError, OSError) as exc:
-        status = 1
-        error = exc
+        status, error = 2, exc
+    except ExplainedError as exc:
+        status, error = exc.status, exc
+    except OSError as exc:
+        status, error = 1, exc
     print(f"error: {error_message(error)}", file=out or sys.stderr, flush=True)
     return status

@@ -23,8 +23,11 @@ from test_pipeline_stages import _inproc
 from selskill.config import RunConfig
 from selskill.data import manifest
 from selskill.data.layout import StageDir, check_model_source
+from selskill.data.shards import ShardError
 from selskill.envs.alfworld import data_root
 from selskill.envs.alfworld_gen import generate_games
+from selskill.errors import error_message, run_main
+from selskill.executors import StageFailed
 from selskill.stages.common import StageInputs, StageRefused, run_rank
 from selskill.stages.context import games_identity
 from selskill.stages.table import stage_main
@@ -59,10 +62,10 @@ def test_regenerated_games_are_refused_by_every_rank_until_redo(games_recipe, ca
     assert (games / ".manifest-train.json").is_file() and before["files"] == 12  # 6 trials x 2 files
     generate_games(games, per_type=1, seed=1, split="train", size="small")  # another seed, same folder
     capsys.readouterr()
-    assert _inproc("sample", recipe, "--rank", "0") == 1  # was: "rank 0 already complete, skipping"
+    assert _inproc("sample", recipe, "--rank", "0") == 2  # was: "rank 0 already complete, skipping"
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "games.train.files: 12 -> 24" in err and "--redo" in err, err
-    assert _inproc("sample", recipe, "--rank", "1") == 1  # was: played the new games beside rank 0's old ones
+    assert _inproc("sample", recipe, "--rank", "1") == 2  # was: played the new games beside rank 0's old ones
     err = capsys.readouterr().err
     assert "its rank 0 was computed with other inputs" in err and "games.train.sha256" in err
     assert not stage.marker(1).exists()
@@ -73,7 +76,7 @@ def test_regenerated_games_are_refused_by_every_rank_until_redo(games_recipe, ca
     game = sorted(games.rglob("game.tw-pddl"))[0]
     game.write_bytes(game.read_bytes()[:-1] + b" ")  # its closing newline made a space
     capsys.readouterr()
-    assert _inproc("sample", recipe, "--rank", "0") == 1
+    assert _inproc("sample", recipe, "--rank", "0") == 2
     assert "games.train.sha256" in capsys.readouterr().err
 
 
@@ -157,6 +160,33 @@ def _error_lines(err: str) -> list[str]:
     return [line for line in err.strip().splitlines() if line.strip()]
 
 
+def _raise(exc: BaseException):
+    def main():
+        raise exc
+
+    return main
+
+
+@pytest.mark.parametrize(
+    ("exc", "status"),
+    [
+        (ValueError("sample_k must be >= 1"), 2),
+        (FileNotFoundError("no policy at runs/t/round_0/train/model"), 2),
+        (StageRefused("sample: rank 0 was computed with other inputs"), 2),
+        (ShardError("sample rank 0: shard does not match"), 2),
+        (StageFailed("sample: 2 of 4 ranks failed"), 1),
+        (OSError(errno.EIO, os.strerror(errno.EIO), "runs/t/x.json"), 1),
+    ],
+    ids=lambda v: type(v).__name__ if isinstance(v, BaseException) else str(v),
+)
+def test_one_wrapper_gives_every_error_its_line_and_status(exc, status, capsys):
+    assert run_main(_raise(exc)) == status
+    (line,) = _error_lines(capsys.readouterr().err)
+    assert line == f"error: {error_message(exc)}" and "Traceback" not in line
+    with pytest.raises(KeyError):  # a bug keeps its traceback
+        run_main(_raise(KeyError("bug")))
+
+
 def test_a_checksum_mismatch_is_the_same_line_from_pipelines_stages_and_selskill(tmp_path, capsys):
     from selskill.cli import main
 
@@ -175,11 +205,11 @@ def test_a_checksum_mismatch_is_the_same_line_from_pipelines_stages_and_selskill
     argv = ["--config", str(recipe)]
     got = {}
     capsys.readouterr()
-    assert stage_main("fork", argv) == 1
+    assert stage_main("fork", argv) == 2
     got["python -m selskill.stages fork"] = capsys.readouterr().err
-    assert _inproc("fork", recipe) == 1
+    assert _inproc("fork", recipe) == 2
     got["pipelines/fork.py (main)"] = capsys.readouterr().err
-    assert main(["bench", "label-agreement", *argv]) == 1
+    assert main(["bench", "label-agreement", *argv]) == 2
     got["selskill bench label-agreement"] = capsys.readouterr().err
     done = subprocess.run(
         [sys.executable, str(ROOT / "pipelines" / "fork.py"), *argv],
@@ -188,7 +218,7 @@ def test_a_checksum_mismatch_is_the_same_line_from_pipelines_stages_and_selskill
         text=True,
         timeout=300,
     )
-    assert done.returncode == 1
+    assert done.returncode == 2
     got["pipelines/fork.py"] = done.stderr
     lines = {name: _error_lines(err) for name, err in got.items()}
     want = f"error: sample rank 0: shard {shard} does not match the sha256 its marker records"

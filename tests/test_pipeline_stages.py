@@ -111,6 +111,6 @@ def test_corrupted_shard_names_the_file_and_the_fix(recipe, tmp_path, capsys):
         read_shard(shard, "rollout")
     assert "rerun" in str(err.value)
     capsys.readouterr()
-    assert _inproc("branch", recipe) == 1  # the entry point prints the error's one line, not a traceback
+    assert _inproc("branch", recipe) == 2  # the entry point prints the error's one line, not a traceback
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line.startswith(f"error: sample rank 0: shard {shard} has ") and "Rerun the sample stage" in line

@@ -74,6 +74,8 @@ DRY_RUN_DONE = "dry run: nothing was written or submitted, and nothing computed"
 class StageFailed(ExplainedError):
     """Some ranks of a stage raised; the others ran to the end (their outputs are complete and kept)."""
 
+    status = 1  # the run failed, not its input
+
 
 # keys a worker must not see: they say how this command schedules the round, and a worker runs one rank of it
 SCHEDULING_KEYS = ("executor", "local_workers", "dry_run")
