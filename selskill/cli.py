@@ -93,7 +93,15 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     from selskill.config import load_recipe
     from selskill.stages.evaluate import evaluate_model
 
-    evaluate_model(load_recipe(args.recipe_args), args.model, games=args.games, out=args.out)
+    recipe = load_recipe(args.recipe_args)
+    if recipe.train.dry_run:
+        where = args.games or f"the recipe's {recipe.run.benchmark} tasks"
+        print(
+            f"dry run: would evaluate {args.model} on {recipe.eval.eval_splits} of {where} (eval_mode "
+            f"{recipe.eval.eval_mode}){f', writing {args.out}' if args.out else ''}; nothing computed or written"
+        )
+        return 0
+    evaluate_model(recipe, args.model, games=args.games, out=args.out)
     return 0
 
 

@@ -300,4 +300,6 @@ def test_a_local_dry_run_on_a_fresh_experiment_writes_nothing(tmp_path, monkeypa
     assert "init: games" in capsys.readouterr().out
     assert stage_main("sample", ["--config", "tiny.yaml", "--dry_run", "--rank", "1"]) == 0
     assert "--rank 1 --world_size 2" in capsys.readouterr().out
+    assert main(["eval", "--config", "tiny.yaml", "--model", "models/none", "--dry_run"]) == 0
+    assert "dry run: would evaluate models/none" in capsys.readouterr().out
     assert _tree(tmp_path) == before
