@@ -65,4 +65,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from selskill.errors import run_main
+
+    sys.exit(run_main(main))

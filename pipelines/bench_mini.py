@@ -9,6 +9,7 @@ Every step is a resumable round: rerun the same command after an interruption.
 import sys
 
 from selskill.config import make_parser
+from selskill.errors import run_main
 from selskill.stages.replication import run_replication
 
 
@@ -20,12 +21,12 @@ def main(argv=None) -> int:
         print(__doc__)
         make_parser().parse_args_and_config(args=["--help"])
         return 0
-    try:
+
+    def replicate() -> int:
         run_replication(argv, ablations=ablations)
-    except (ValueError, FileNotFoundError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    return 0
+        return 0
+
+    return run_main(replicate)
 
 
 if __name__ == "__main__":

@@ -34,19 +34,19 @@ def _own_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
 
 
 def main(argv=None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    from selskill.errors import run_main
+
+    return run_main(lambda: _probe(list(sys.argv[1:] if argv is None else argv)))
+
+
+def _probe(argv: list[str]) -> int:
     if "-h" in argv or "--help" in argv:
         print(__doc__)
         return 0
-    try:
-        args, rest = _own_args(argv)
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    args, rest = _own_args(argv)
     models, out = args.models, args.out
     if not models:
-        print("error: give --models NAME=PATH [NAME=PATH ...] (the first is the reference)", file=sys.stderr)
-        return 2
+        raise ValueError("give --models NAME=PATH [NAME=PATH ...] (the first is the reference)")
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -57,11 +57,7 @@ def main(argv=None) -> int:
     from selskill.train.pairs import build_from_config
     from selskill.train.probe import pair_preferences, summarize_preferences
 
-    try:
-        recipe = load_recipe(rest)
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    recipe = load_recipe(rest)
     log = logging.getLogger(f"{ROOT}.probe_pairs")
     run = recipe.run
     table = read_stage(StageDir.of(run.runs_dir, run.exp, run.round, "label"), "pair", run.world_size)

@@ -9,24 +9,6 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-# top-level module -> the extra that installs it (pyproject.toml): a subcommand that needs a
-# package the install lacks says which extra to add instead of a traceback
-EXTRA_OF = {
-    "torch": "train",
-    "transformers": "train",
-    "tokenizers": "train",
-    "trl": "train",
-    "accelerate": "train",
-    "bm25s": "train",
-    "alfworld": "alfworld",
-    "textworld": "alfworld",
-    "mpmath": "bfcl",
-    "deepspeed": "deepspeed",
-    "wandb": "wandb",
-    "vllm": "vllm",
-    "ray": "ray",
-}
-
 
 def _cmd_gen_games(args: argparse.Namespace) -> int:
     from selskill.envs.alfworld_gen import TASK_TYPES, generate_games
@@ -82,9 +64,12 @@ def _cmd_init(args: argparse.Namespace) -> int:
     from selskill.config import load_recipe
     from selskill.stages.context import ensure_games
     from selskill.stages.round import format_summary, round_summary
-    from selskill.stages.table import BY_NAME
+    from selskill.stages.table import BY_NAME, describe_only
 
     recipe = load_recipe(args.recipe_args)
+    if recipe.train.dry_run:
+        describe_only(recipe.with_run(round=1, rank=0, world_size=1), "init")
+        return 0
     if recipe.policy.model_name_or_path:
         ensure_games(recipe.run, recipe.games)
         print("model_name_or_path is set: the recipe starts from that model, no init policy to build")
@@ -108,7 +93,15 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     from selskill.config import load_recipe
     from selskill.stages.evaluate import evaluate_model
 
-    evaluate_model(load_recipe(args.recipe_args), args.model, games=args.games, out=args.out)
+    recipe = load_recipe(args.recipe_args)
+    if recipe.train.dry_run:
+        where = args.games or f"the recipe's {recipe.run.benchmark} tasks"
+        print(
+            f"dry run: would evaluate {args.model} on {recipe.eval.eval_splits} of {where} (eval_mode "
+            f"{recipe.eval.eval_mode}){f', writing {args.out}' if args.out else ''}; nothing computed or written"
+        )
+        return 0
+    evaluate_model(recipe, args.model, games=args.games, out=args.out)
     return 0
 
 
@@ -520,30 +513,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.recipe_args = unknown  # --config RECIPE and --key value overrides, checked by TrlParser
     elif unknown:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
-    from selskill.data.contract import StageRefused
-    from selskill.data.shards import ShardError
-    from selskill.executors import StageFailed
+    from selskill.errors import run_main
     from selskill.logs import configure
 
     configure(getattr(args, "log_level", "info"))  # a recipe's log_level applies once it is parsed
-    try:
-        return args.func(args)
-    # bad input, a shard that does not match its marker, or a rank refused (another writer, recorded inputs that
-    # differ): what and the fix, no traceback
-    except (FileNotFoundError, FileExistsError, ValueError, ShardError, StageRefused, StageFailed) as exc:
-        print(f"selskill {args.command}: error: {exc}", file=sys.stderr)
-        return 2
-    except ModuleNotFoundError as exc:
-        module = (exc.name or "").partition(".")[0]
-        extra = EXTRA_OF.get(module)
-        if extra is None:
-            raise
-        print(
-            f"selskill {args.command}: error: this needs {module}, which is not installed: "
-            f"pip install 'selskill[{extra}]'",
-            file=sys.stderr,
-        )
-        return 2
+    return run_main(lambda: args.func(args))
 
 
 if __name__ == "__main__":

@@ -190,7 +190,7 @@ def test_the_sample_stage_refuses_a_changed_recipe_and_records_its_seed(recipe, 
     stage = StageDir.of(runs, "t", 1, "sample")
     assert yaml.safe_load(stage.config.read_text())["seed"] == 3
     capsys.readouterr()
-    assert _inproc("sample", recipe, "--sample_max_tasks", "1", "--sample_k", "3", "--seed", "7") == 1
+    assert _inproc("sample", recipe, "--sample_max_tasks", "1", "--sample_k", "3", "--seed", "7") == 2
     err = capsys.readouterr().err
     assert "sample_k: 1 -> 3" in err and "seed: 3 -> 7" in err and "--redo" in err
     assert _inproc("sample", recipe, "--sample_max_tasks", "1", "--sample_k", "1") == 0  # unchanged: reused

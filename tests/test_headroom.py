@@ -245,7 +245,7 @@ def test_the_eval_stage_records_the_option_and_writes_the_headroom(recipe, tmp_p
     assert BY_NAME["eval"].complete(with_option) and _rows(partner) == without
     assert json.loads((eval_dir.path / "metrics.json").read_text())["headroom"] == metrics["headroom"]
     # a rerun without the option is a changed input: refused, naming it
-    assert stage_main("eval", ["--config", str(recipe), "--eval_headroom", "false"]) == 1
+    assert stage_main("eval", ["--config", str(recipe), "--eval_headroom", "false"]) == 2
     assert "eval_headroom: True -> False" in capsys.readouterr().err
 
 

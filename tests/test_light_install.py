@@ -15,7 +15,7 @@ from light_install import EXP, OPTIONAL, write
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from selskill import cli
+from selskill import errors
 from selskill.data.schema import SCHEMAS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -71,10 +71,10 @@ def _extra_modules(extra: str) -> set[str]:
 
 
 def test_every_missing_module_hint_names_an_extra_that_installs_it():
-    for module, extra in cli.EXTRA_OF.items():
+    for module, extra in errors.EXTRA_OF.items():
         assert module in _extra_modules(extra), f"{module} is not installed by extra {extra}"
     # bfcl-eval is installed --no-deps outside any extra; selskill.envs.bfcl names that command
-    assert set(OPTIONAL) - {"bfcl_eval"} <= set(cli.EXTRA_OF)
+    assert set(OPTIONAL) - {"bfcl_eval"} <= set(errors.EXTRA_OF)
     base = {canonicalize_name(Requirement(r).name) for r in _project()["dependencies"]}
     assert not base & {canonicalize_name(m) for m in OPTIONAL}
 
@@ -88,7 +88,7 @@ def test_a_missing_extra_is_one_line_naming_the_install(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 2, out.stderr
     assert out.stderr.strip() == (
-        "selskill round: error: this needs trl, which is not installed: pip install 'selskill[train]'"
+        "error: this needs trl, which is not installed: pip install 'selskill[train]'"
     )
 
 

@@ -156,7 +156,9 @@ def test_training_parses_only_its_sections():
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     loaded = out.stdout.split()
-    assert {m.split(".")[1] for m in loaded if "." in m} == {"config", "data", "logs", "train"}, loaded
+    assert {m.split(".")[1] for m in loaded if "." in m} == {"config", "data", "errors", "logs", "train"}, (
+        loaded
+    )
 
 
 def test_selskill_train_relaunches_under_the_recipes_accelerate_config(monkeypatch):

@@ -43,6 +43,9 @@ class Benchmark:
     name: str
     index_type: type
     task_index: Callable[[RunConfig, str], Any]  # the tasks of one split of the recipe
+    # what the tasks of one split are made of (file hashes, package versions): a stage records it, so
+    # regenerated or edited tasks are refused like a changed recipe (selskill.data.manifest)
+    identity: Callable[[RunConfig, str], dict]
     env_factory: Callable[[Any], Callable[[], Any]]  # picklable: episodes may run in a child process
     skills: Callable[[], SkillLibrary]
     turn_format: Callable[[RolloutConfig], TurnFormat]
@@ -96,6 +99,21 @@ def _alfworld_index(run: RunConfig, split: str):
     return _alfworld_index_from_dir(run, None if run.use_alfworld_data else run.games_dir, split)
 
 
+def _alfworld_identity(run: RunConfig, split: str) -> dict:
+    """The hashes of the split's game files: generated games keep their manifest beside them, real data
+    (which selskill does not own) under runs_dir."""
+    from selskill.data.manifest import content_identity, file_hashes, manifest_store
+    from selskill.envs.alfworld import data_root, game_files
+
+    if run.use_alfworld_data:
+        base = data_root(None)
+        store = manifest_store(run.runs_dir, f"alfworld-{split}", base / split)
+    else:
+        base = data_root(run.games_dir)
+        store = base / f".manifest-{split}.json"
+    return content_identity(file_hashes(game_files(base, split), store))
+
+
 def _alfworld_env_factory(index):
     return functools.partial(AlfworldEnv, index)
 
@@ -132,6 +150,7 @@ def _alfworld_prepare(run: RunConfig, games: GamesConfig, splits: Sequence[str])
             progress=True,
         )
         marker.write_text("ok\n")
+        _alfworld_identity(run, split)  # hashed now, once, rather than by every rank of the first stage
 
 
 # --- BFCL multi-turn ------------------------------------------------------------------------
@@ -144,6 +163,17 @@ def _bfcl_index(run: RunConfig, split: str):
     if split not in run.splits:
         raise ValueError(f"unknown BFCL split {split!r}; choose from {', '.join(run.splits)}")
     return task_index(split, run.categories, run.bfcl_split(split), run.bfcl_withheld_callable)
+
+
+def _bfcl_identity(run: RunConfig, split: str) -> dict:
+    """bfcl-eval's version (its backends and checker) and the hashes of the data files of the recipe's
+    categories (the same for both splits)."""
+    from selskill.data.manifest import content_identity, file_hashes, manifest_store
+    from selskill.envs.bfcl import data_files, installed_version
+
+    files = data_files(run.categories)
+    store = manifest_store(run.runs_dir, "bfcl-eval", next(iter(files.values())).parent)
+    return {"bfcl-eval": installed_version(), **content_identity(file_hashes(files, store))}
 
 
 def _bfcl_turn_format(rollout: RolloutConfig) -> TurnFormat:
@@ -167,6 +197,7 @@ register(
         name="alfworld",
         index_type=GameIndex,
         task_index=_alfworld_index,
+        identity=_alfworld_identity,
         env_factory=_alfworld_env_factory,
         skills=load_alfworld_skills,
         turn_format=_alfworld_turn_format,
@@ -181,6 +212,7 @@ register(
         name="bfcl",
         index_type=BfclTaskIndex,
         task_index=_bfcl_index,
+        identity=_bfcl_identity,
         env_factory=lambda index: index.env_factory(),
         skills=load_bfcl_skills,
         turn_format=_bfcl_turn_format,

@@ -22,11 +22,12 @@ from pathlib import Path
 from selskill.data.inputs import changed_settings
 from selskill.data.layout import StageDir
 from selskill.data.shards import ShardError, read_shards
+from selskill.errors import ExplainedError
 
 logger = logging.getLogger(__name__)
 
 
-class StageRefused(RuntimeError):
+class StageRefused(ExplainedError):
     """A stage cannot run as asked: another process holds it, or what it recorded differs from this run."""
 
 

@@ -132,7 +132,9 @@ class StageInputs:
 
     `configs` are the recipe sections the stage reads (keys in `not_inputs` left out),
     `code_version` the stage module's `CODE_VERSION` (bump it when a change alters its
-    output), `policy` the model it runs, `upstream` the stages of the same round it reads.
+    output), `policy` the model it runs, `upstream` the stages of the same round it reads,
+    `games` what the tasks it plays are made of, per split (`context.games_identity`):
+    content, not path, so regenerated games in the same folder are a changed input.
     """
 
     configs: Sequence
@@ -141,6 +143,7 @@ class StageInputs:
     policy: str | None = None
     upstream: Sequence[str] = ()
     not_inputs: frozenset = NOT_INPUTS
+    games: dict | None = None
 
     def upstream_stages(self, stage: StageDir) -> list[StageDir]:
         return [StageDir(stage.path.parent / name) for name in self.upstream]
@@ -154,14 +157,18 @@ class StageInputs:
             out["policy"] = policy_fingerprint(self.policy)
         for up in self.upstream_stages(stage):
             out[f"{up.path.name} shards"] = stage_fingerprint(up)
+        if self.games is not None:
+            out["games"] = self.games
         return json.loads(json.dumps(out, default=str))
 
     def changes(self, recorded: dict, now: dict) -> list[str]:
         """`key: recorded -> now` for each input that differs.
 
         A key added to a recipe section after the record was written counts as unchanged
-        while it keeps its default; a key that no longer exists is ignored.
+        while it keeps its default; a key that no longer exists is ignored, and so are the
+        games of a record written before records held them (`run_rank` says so).
         """
+        now = {k: v for k, v in now.items() if k != "games" or k in recorded}
         defaults = {}
         for cfg in self.configs:
             for f in dataclasses.fields(cfg):

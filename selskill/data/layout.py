@@ -185,6 +185,26 @@ def is_local_path(source: str) -> bool:
     return "/" in source and Path(source.split("/", 1)[0]).is_dir()
 
 
+def _relative_to(path: Path) -> str:
+    return "" if path.is_absolute() else f" under {Path.cwd()}"
+
+
+def _closest_existing(path: Path) -> str:
+    """`Did you mean X? ` for the names nearest the first missing part of `path` in the folder above it."""
+    import difflib
+
+    parent, missing = path, path
+    while not parent.exists():
+        parent, missing = parent.parent, parent
+    if not parent.is_dir():
+        return ""
+    names = [p.name for p in parent.iterdir() if p.is_dir()]
+    close = difflib.get_close_matches(missing.name, names, n=3, cutoff=0.5)
+    if not close:
+        return f"{parent if str(parent) != '.' else 'This folder'} holds no folder {missing.name!r}. "
+    return f"Did you mean {' or '.join(str(parent / c) for c in close)}? "
+
+
 def _hub_offline() -> str | None:
     for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
         if os.environ.get(var, "").strip().lower() in ("1", "true", "yes", "on"):
@@ -201,7 +221,11 @@ def check_model_source(source: str, what: str = "model", need_weights: bool = Tr
     if is_local_path(source):
         path = Path(source).expanduser()
         if not path.exists():
-            raise FileNotFoundError(f"{what} {source} does not exist (a local path: no such directory)")
+            raise FileNotFoundError(
+                f"{what} {source} does not exist (a local path{_relative_to(path)}: no such directory). "
+                f"{_closest_existing(path)}Give the directory a model was saved to (save_pretrained; `selskill init` "
+                "writes the init policy to <runs_dir>/<exp>/round_0/train/model), or a hub id org/name"
+            )
         if not path.is_dir():
             raise FileNotFoundError(f"{what} {source} is a file, not a model directory")
         files = sorted(p.name for p in path.iterdir())

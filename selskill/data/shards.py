@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import secrets
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,9 +19,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from selskill.data.schema import SCHEMAS, validate_table
+from selskill.errors import ExplainedError
 
 
-class ShardError(RuntimeError):
+class ShardError(ExplainedError):
     """A shard is missing, truncated or does not match its schema."""
 
 
@@ -52,14 +54,28 @@ def _fsync_replace(tmp: Path, final: Path) -> None:
         os.close(fd)
 
 
+def _naming(exc: OSError, path: Path) -> OSError:
+    """`exc` as an OSError naming `path`: pyarrow's carry no file, and the temporary name is not the one to
+    look for."""
+    code = exc.errno
+    if code is None:  # pyarrow's: "... Detail: [errno 28] No space left on device"
+        found = re.search(r"\[errno (\d+)\]", str(exc), re.IGNORECASE)
+        code = int(found.group(1)) if found else None
+    reason = exc.strerror or (os.strerror(code) if code else str(exc))
+    return OSError(code, f"cannot write: {reason}", str(path))
+
+
 def _write_atomic(path: str | Path, write) -> Path:
-    """`write(tmp)` then fsync + rename onto `path`; the temporary file never outlives a failure."""
+    """`write(tmp)` then fsync + rename onto `path`; the temporary file never outlives a failure, and a
+    failure names `path`."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = tmp_path(path)
     try:
         write(tmp)
         _fsync_replace(tmp, path)
+    except OSError as exc:
+        raise _naming(exc, path) from exc
     finally:
         tmp.unlink(missing_ok=True)
     return path

@@ -185,6 +185,19 @@ def find_games(
     return index
 
 
+def game_files(root: str | os.PathLike | None, split: str) -> dict[str, Path]:
+    """The files `find_games` reads for `split` (each trial's traj_data and game file, skipped ones too:
+    a repaired file changes the games), by their path below the data root."""
+    base = data_root(root)
+    split_dir = base / split
+    if not split_dir.is_dir():
+        raise FileNotFoundError(
+            f"{base} has no split {split}: expected {split_dir}/<task>/<trial>/{GAME_FILE}"
+        )
+    found = [*split_dir.rglob(TRAJ_FILE), *split_dir.rglob(GAME_FILE)]
+    return {p.relative_to(base).as_posix(): p for p in found if p.is_file()}
+
+
 def record_for_trial(trial_dir: str | os.PathLike) -> GameRecord:
     """A single trial directory as a one-game record (for `selskill play`, debugging)."""
     trial = Path(trial_dir)

@@ -62,6 +62,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
+from pathlib import Path
 
 from selskill.config.names import BFCL_CATEGORIES as CATEGORIES
 from selskill.config.names import DOC_STYLES
@@ -164,6 +165,24 @@ class BfclTask:
 def _data_dir():
     _bfcl()
     return resources.files("bfcl_eval") / "data"
+
+
+def data_files(categories: Iterable[str]) -> dict[str, Path]:
+    """The data files the tasks of `categories` are read from (tasks, ground truth, every class's
+    function docs), by their path below bfcl-eval's data folder."""
+    base = Path(str(_data_dir()))
+    names = [f"BFCL_v4_multi_turn_{c}.json" for c in check_categories(categories)]
+    found = [base / n for n in names] + [base / "possible_answer" / n for n in names]
+    found += sorted((base / "multi_turn_func_doc").glob("*.json"))
+    return {p.relative_to(base).as_posix(): p for p in found}
+
+
+def installed_version() -> str:
+    """The bfcl-eval version installed: its code (backends, checker) is part of what a stage played."""
+    from importlib.metadata import version
+
+    _bfcl()
+    return version("bfcl-eval")
 
 
 def _read_jsonl(path) -> list[dict]:

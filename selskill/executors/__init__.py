@@ -35,7 +35,13 @@ def make_executor(recipe) -> Executor:
     if run.executor == "ray":
         from selskill.executors.ray import RayExecutor
 
-        return RayExecutor(run.ray_address, run.ray_cpus_per_task, run.ray_gpus_per_task, run.ray_train_gpus)
+        return RayExecutor(
+            run.ray_address,
+            run.ray_cpus_per_task,
+            run.ray_gpus_per_task,
+            run.ray_train_gpus,
+            dry_run=recipe.train.dry_run,
+        )
     from selskill.executors.local import LocalExecutor
 
-    return LocalExecutor(run.local_workers)
+    return LocalExecutor(run.local_workers, dry_run=recipe.train.dry_run)

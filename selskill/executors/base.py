@@ -20,10 +20,14 @@ task gets.
 from __future__ import annotations
 
 import os
+import shlex
+import sys
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from selskill.errors import ExplainedError
 
 if TYPE_CHECKING:
     from selskill.config import Recipe
@@ -64,8 +68,49 @@ class Stage:
         return self.fn(recipe)
 
 
-class StageFailed(RuntimeError):
+DRY_RUN_DONE = "dry run: nothing was written or submitted, and nothing computed"
+
+
+class StageFailed(ExplainedError):
     """Some ranks of a stage raised; the others ran to the end (their outputs are complete and kept)."""
+
+    status = 1  # the run failed, not its input
+
+
+# keys a worker must not see: they say how this command schedules the round, and a worker runs one rank of it
+SCHEDULING_KEYS = ("executor", "local_workers", "dry_run")
+SCHEDULING_PREFIXES = ("slurm_", "ray_")
+FLAGS = ("dry_run",)  # boolean keys, which may stand without a value
+
+
+def worker_argv(argv: list[str], drop: tuple[str, ...] = ()) -> list[str]:
+    """The recipe's command line as one worker runs it: without the scheduling keys (a printed command must do
+    what it says, so it never dry-runs) and without the keys in `drop`."""
+    out, i = [], 0
+    while i < len(argv):
+        a = argv[i]
+        key = a[2:].split("=", 1)[0] if a.startswith("--") else ""
+        if key and (key in SCHEDULING_KEYS or key.startswith(SCHEDULING_PREFIXES) or key in drop):
+            if "=" in a:
+                i += 1
+            elif key in FLAGS:
+                nxt = argv[i + 1].lower() if i + 1 < len(argv) else ""
+                i += 2 if nxt in ("true", "false", "1", "0", "yes", "no") else 1
+            else:
+                i += 2
+            continue
+        out.append(a)
+        i += 1
+    return out
+
+
+def rank_command(recipe: Recipe, stage: Stage, rank: str, python: str = sys.executable) -> str:
+    """The command that computes rank `rank` (a number or a shell variable) of `stage`, as a worker runs it."""
+    drop = ("rank", "world_size") if stage.sharded else ()
+    cmd = shlex.join([python, "-m", "selskill.stages", stage.name, *worker_argv(recipe_argv(recipe), drop)])
+    if stage.sharded:
+        cmd += f" --rank {rank} --world_size {stage.ranks(recipe)}"
+    return cmd
 
 
 def recipe_argv(recipe: Recipe) -> list[str]:
@@ -110,11 +155,49 @@ class Executor(ABC):
 
     name = ""
     waits = True
+    dry_run = False  # print what each stage would run, and compute, write and submit nothing
+    out: Callable[[str], None] = staticmethod(print)
 
     def run(self, recipe: Recipe, stages: Sequence[Stage]) -> None:
+        if self.dry_run:
+            previous = None
+            for stage in stages:
+                self.describe(recipe, stage, previous)
+                previous = stage
+            self.out(DRY_RUN_DONE)
+            return
         after = None
         for stage in stages:
             after = self.run_stage(recipe, stage, after)
+
+    def describe(
+        self, recipe: Recipe, stage: Stage, previous: Stage | None = None, rank: int | None = None
+    ) -> None:
+        """What running `stage` would do (a dry run): its ranks' command and whether its outputs are complete;
+        `rank`: that rank only.
+
+        Only reads: the completion markers say whether a rerun would skip the stage.
+        """
+        n = stage.ranks(recipe)
+        if rank is not None and n > 1:
+            ranks = f"rank {rank} of {n}"
+        else:
+            ranks = f"rank R of {n} (R = 0..{n - 1})" if n > 1 else "one job"
+        if stage.complete is None:
+            state = ""
+        elif stage.complete(recipe):
+            state = "; complete on disk: skipped unless its recorded inputs differ from this recipe's"
+        else:
+            state = "; not complete: would compute"
+        try:
+            command = rank_command(recipe, stage, "R" if rank is None and n > 1 else str(rank or 0))
+        except ValueError:  # a recipe built in code has no command line
+            command = f"{stage.name} in this process"
+        self.out(f"{stage.name}: {stage.doc}; {ranks}{self.placement(stage, n)}{state}\n  {command}")
+
+    def placement(self, stage: Stage, ranks: int) -> str:
+        """Where the ranks of `stage` would run, for `describe` (e.g. ", in 2 worker processes")."""
+        return ""
 
     @abstractmethod
     def run_stage(self, recipe: Recipe, stage: Stage, after: Any = None) -> Any:

@@ -24,10 +24,17 @@ class LocalExecutor(Executor):
 
     name = "local"
 
-    def __init__(self, workers: int = 0):
+    def __init__(self, workers: int = 0, dry_run: bool = False):
         if workers < 0:
             raise ValueError(f"local_workers must be >= 0; got {workers}")
         self.workers = workers
+        self.dry_run = dry_run
+        self.waits = not dry_run
+
+    def placement(self, stage: Stage, ranks: int) -> str:
+        if ranks == 1 or self.workers == 1:
+            return ", in this process"
+        return f", in {min(ranks, self.workers or ranks)} worker processes"
 
     def run_stage(self, recipe, stage: Stage, after=None) -> None:
         n = stage.ranks(recipe)

@@ -36,14 +36,27 @@ class RayExecutor(Executor):
     name = "ray"
 
     def __init__(
-        self, address: str = "", cpus_per_task: float = 1, gpus_per_task: float = 0, train_gpus: float = 0
+        self,
+        address: str = "",
+        cpus_per_task: float = 1,
+        gpus_per_task: float = 0,
+        train_gpus: float = 0,
+        dry_run: bool = False,
     ):
         self.address = address
         self.cpus_per_task = cpus_per_task
         self.gpus_per_task = gpus_per_task
         self.train_gpus = train_gpus
+        self.dry_run = dry_run
+        self.waits = not dry_run
+
+    def placement(self, stage: Stage, ranks: int) -> str:
+        gpus = stage.gpus(self.gpus_per_task, self.train_gpus)
+        return f", as {ranks} Ray task{'s' if ranks > 1 else ''} of {self.cpus_per_task} CPUs and {gpus} GPUs"
 
     def run(self, recipe, stages) -> None:
+        if self.dry_run:  # no Ray started
+            return super().run(recipe, stages)
         ray = import_ray()
         started = not ray.is_initialized()
         if started:

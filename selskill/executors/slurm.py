@@ -26,36 +26,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from selskill.executors.base import Executor, Stage, StageFailed, recipe_argv
+from selskill.executors.base import Executor, Stage, StageFailed, rank_command, worker_argv
 
 RANK = "$SLURM_ARRAY_TASK_ID"
 
-
-# keys a job must not see: they say how this command schedules the round, and a job runs one rank of it
-SCHEDULING_KEYS = ("executor", "local_workers", "dry_run")
-SCHEDULING_PREFIXES = ("slurm_", "ray_")
-FLAGS = ("dry_run",)  # boolean keys, which may stand without a value
-
-
-def worker_argv(argv: list[str], drop: tuple[str, ...] = ()) -> list[str]:
-    """The recipe's command line as one job runs it: without the scheduling keys (a printed script must do
-    what it says, so it never dry-runs) and without the keys in `drop`."""
-    out, i = [], 0
-    while i < len(argv):
-        a = argv[i]
-        key = a[2:].split("=", 1)[0] if a.startswith("--") else ""
-        if key and (key in SCHEDULING_KEYS or key.startswith(SCHEDULING_PREFIXES) or key in drop):
-            if "=" in a:
-                i += 1
-            elif key in FLAGS:
-                nxt = argv[i + 1].lower() if i + 1 < len(argv) else ""
-                i += 2 if nxt in ("true", "false", "1", "0", "yes", "no") else 1
-            else:
-                i += 2
-            continue
-        out.append(a)
-        i += 1
-    return out
+__all__ = ["SlurmExecutor", "SlurmOptions", "worker_argv"]
 
 
 @dataclass
@@ -97,12 +72,7 @@ class SlurmExecutor(Executor):
         return (Path.cwd() / round_dir(run.runs_dir, run.exp, run.round) / "slurm").resolve()
 
     def command(self, recipe, stage: Stage) -> str:
-        drop = ("rank", "world_size") if stage.sharded else ()
-        argv = worker_argv(recipe_argv(recipe), drop)
-        cmd = shlex.join([self.python, "-m", "selskill.stages", stage.name, *argv])
-        if stage.sharded:
-            cmd += f" --rank {RANK} --world_size {stage.ranks(recipe)}"
-        return cmd
+        return rank_command(recipe, stage, RANK, self.python)
 
     def render(self, recipe, stage: Stage) -> str:
         """The sbatch script of `stage`: the same text whether printed (dry run) or submitted."""
@@ -146,8 +116,8 @@ class SlurmExecutor(Executor):
     def run(self, recipe, stages) -> None:
         super().run(recipe, stages)
         if self.dry_run:
-            self.out("dry run: nothing was written or submitted")
-        elif self.waits:
+            return
+        if self.waits:
             for stage in stages:
                 self.wait_for(recipe, stage)
         else:
@@ -181,13 +151,18 @@ class SlurmExecutor(Executor):
             time.sleep(self.poll_seconds)
         self.out(f"{stage.name}: complete (job {job}, waited {time.monotonic() - started:.0f} s)")
 
+    def describe(self, recipe, stage: Stage, previous: Stage | None = None) -> None:
+        """The stage's script and the sbatch line that would submit it."""
+        script = self.script_dir(recipe) / f"{stage.name}.sh"
+        placeholder = previous and f"<job id of {previous.name}>"
+        self.out(
+            f"# --- {script}\n{self.render(recipe, stage)}# submit: "
+            f"{shlex.join(self.sbatch_argv(script, placeholder))}\n"
+        )
+
     def run_stage(self, recipe, stage: Stage, after: str | None = None) -> str:
         script = self.script_dir(recipe) / f"{stage.name}.sh"
         text = self.render(recipe, stage)
-        if self.dry_run:
-            placeholder = after and f"<job id of {after}>"
-            self.out(f"# --- {script}\n{text}# submit: {shlex.join(self.sbatch_argv(script, placeholder))}\n")
-            return stage.name
         for tool in ("sbatch", "squeue") if self.waits else ("sbatch",):
             if shutil.which(tool) is None:
                 raise FileNotFoundError(

@@ -150,10 +150,14 @@ def run_label_agreement(
             "give another seed"
         )
     other = second_exp(run.exp, seed)
-    link_shared(run.runs_dir, run.exp, other, SHARED, round_=run.round)
     first = load_recipe([*argv, "--redo", "false"])  # checked (and completed), never recomputed
     second = load_recipe([*argv, "--exp", other, "--seed", str(seed)])
     executor = executor or make_executor(recipe)
+    if recipe.train.dry_run:  # what both forks and labels would run; nothing linked, computed or written
+        for each in (first, second):
+            executor.run(each, round_stages(["fork", "label"]))
+        return None
+    link_shared(run.runs_dir, run.exp, other, SHARED, round_=run.round)
     try:
         executor.run(first, round_stages(["fork", "label"]))
     except (StageRefused, StageFailed) as exc:

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 
 import yaml
 
-from selskill.data.contract import changed_inputs, check_stage, hold_lock
-from selskill.data.inputs import StageInputs, config_values, fingerprint
+from selskill.data.contract import StageRefused, changed_inputs, check_stage, hold_lock
+from selskill.data.inputs import StageInputs, changed_settings, config_values, fingerprint
 from selskill.data.layout import StageDir
 from selskill.data.shards import (
     shard_digest,
@@ -120,6 +120,31 @@ def _refuse_changed(stage: StageDir, rank: int, changes: list[str], what: str) -
         )
 
 
+def recorded_games(stage: StageDir) -> dict:
+    """The games (split -> identity) the complete ranks of `stage` recorded playing."""
+    games: dict = {}
+    for r in stage.completed_ranks():
+        games |= ((stage.read_marker(r) or {}).get("inputs") or {}).get("games") or {}
+    return games
+
+
+def _refuse_games_changed_since_upstream(stage: StageDir, inputs: StageInputs) -> None:
+    """A stage that plays on from an upstream stage's episodes (fork from sample) must play the games those
+    episodes were played on: recomputing this stage alone would not help, the upstream one must be redone."""
+    for name in inputs.upstream:
+        before = recorded_games(StageDir(stage.path.parent / name))
+        changes = changed_settings(
+            {s: g for s, g in before.items() if s in (inputs.games or {})},
+            {s: g for s, g in (inputs.games or {}).items() if s in before},
+        )
+        if changes:
+            raise StageRefused(
+                f"{stage.path.name}: the games changed since the {name} stage played them: "
+                f"{'; '.join(f'games.{c}' for c in changes)}. Rerun the round's stages from {name} with --redo, "
+                "or restore the games"
+            )
+
+
 def run_rank(
     stage: StageDir,
     kind: str,
@@ -150,6 +175,10 @@ def run_rank(
                         f"{name}: rank {rank}'s marker predates recorded inputs: reused unchecked (--redo recomputes)"
                     )
                 else:
+                    if "games" in record and "games" not in marker["inputs"]:
+                        log(
+                            f"{name}: rank {rank}'s marker predates recorded games: reused unchecked (--redo recomputes)"
+                        )
                     _refuse_changed(stage, rank, inputs.changes(marker["inputs"], record), f"rank {rank}")
                 log(f"{name}: rank {rank} already complete, skipping ({stage.marker(rank)})")
                 return False
@@ -159,10 +188,10 @@ def run_rank(
                 recorded = (stage.read_marker(other) or {}).get("inputs") if other != rank else None
                 if recorded is not None:
                     _refuse_changed(stage, other, inputs.changes(recorded, record), f"its rank {other}")
-        for up in inputs.upstream_stages(
-            stage
-        ):  # before anything is removed: a run that cannot compute keeps all
+        # before anything is removed: a run that cannot compute keeps all
+        for up in inputs.upstream_stages(stage):
             check_stage(up, run.world_size)
+        _refuse_games_changed_since_upstream(stage, inputs)
         stage.marker(rank).unlink(missing_ok=True)
         write_stage_config(stage, inputs.configs, inputs.seed)
         stats = StageStats()

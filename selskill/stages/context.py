@@ -7,8 +7,9 @@ those knobs live in one `RolloutConfig` (`selskill.config.rollout`) and one `mak
 The recipe's `benchmark` picks the environment, and everything a stage needs of it comes
 from its spec (`selskill.agent.benchmarks`) through here: `game_index(run, split)` (the
 env's task index: `games` records with `task_id` and `task_type`, `by_id`, `skipped`,
-`patched`), `skill_library(env)`, `turn_format(rollout, env)` and `make_runner`, which
-reads the env off the index. Task ids are `<split>/<id>` in every env.
+`patched`), `games_identity(run, splits)` (what those tasks are made of),
+`skill_library(env)`, `turn_format(rollout, env)` and `make_runner`, which reads the env
+off the index. Task ids are `<split>/<id>` in every env.
 
 The rollout section's `retrieval_*` keys reach the runner here too (`runner_library`,
 `retriever`): sample, fork and eval list skills the same way, so a fork's continuation sees
@@ -83,6 +84,12 @@ def load_policy(pol: PolicyConfig, path: str, rollout: RolloutConfig, seed: int 
 def game_index(run: RunConfig, split: str):
     """The tasks of split `split` of the recipe's benchmark."""
     return benchmark(run.benchmark).task_index(run, split)
+
+
+def games_identity(run: RunConfig, splits: Sequence[str]) -> dict:
+    """What the tasks of each of `splits` are made of, as a stage records it (`StageInputs.games`)."""
+    identity = benchmark(run.benchmark).identity
+    return {split: identity(run, split) for split in splits}
 
 
 def skill_library(env: str = DEFAULT_BENCHMARK) -> SkillLibrary:

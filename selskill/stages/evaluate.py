@@ -40,7 +40,14 @@ from selskill.stages.common import (
     shard_items,
     stable_seed,
 )
-from selskill.stages.context import eval_library, game_index, load_policy, make_runner, task_texts
+from selskill.stages.context import (
+    eval_library,
+    game_index,
+    games_identity,
+    load_policy,
+    make_runner,
+    task_texts,
+)
 
 CODE_VERSION = 5  # bump when a change alters the rows this stage writes (completed ranks are then refused)
 
@@ -198,14 +205,16 @@ def run_eval(
         stats.tokens = sum(len(r["token_ids"]) for r in rows)
         return rows
 
-    inputs = StageInputs([run, pol, rollout, cfg], seed, CODE_VERSION, policy=path)
+    games = games_identity(run, cfg.splits)
+    inputs = StageInputs([run, pol, rollout, cfg], seed, CODE_VERSION, policy=path, games=games)
     computed = run_rank(stage, "rollout", run, inputs, compute)  # first: a changed recipe is refused here
     stages = [stage]
     if cfg.eval_headroom:
         partner = StageDir.of(run.runs_dir, run.exp, run.round, cfg.headroom_stage)
         bare = headroom_config(cfg)
         play = functools.partial(compute, what=bare, id_prefix=cfg.headroom_stage)
-        inputs = StageInputs([run, pol, rollout, bare], seed, CODE_VERSION, policy=path)
+        played = {s: games[s] for s in bare.splits}
+        inputs = StageInputs([run, pol, rollout, bare], seed, CODE_VERSION, policy=path, games=played)
         computed = run_rank(partner, "rollout", run, inputs, play) or computed
         stages.append(partner)
     if any(len(s.completed_ranks()) < run.world_size for s in stages):

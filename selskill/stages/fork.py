@@ -26,11 +26,12 @@ from selskill.stages.common import (
     StageStats,
     progress_bar,
     record_skipped_games,
+    recorded_games,
     run_rank,
     shard_items,
     stable_seed,
 )
-from selskill.stages.context import game_index, load_policy, make_runner, sampling_policy_path
+from selskill.stages.context import game_index, games_identity, load_policy, make_runner, sampling_policy_path
 
 CODE_VERSION = 5  # bump when a change alters the rows this stage writes (completed ranks are then refused)
 
@@ -147,5 +148,10 @@ def run_fork(run: RunConfig, pol: PolicyConfig, rollout: RolloutConfig, cfg: For
         return out
 
     upstream = ("sample", "branch")
-    inputs = StageInputs([run, pol, rollout, cfg], seed, CODE_VERSION, policy=path, upstream=upstream)
+    # the games the sampled episodes were played on, as they are now (a change since is refused)
+    played = recorded_games(StageDir.of(run.runs_dir, run.exp, run.round, "sample"))
+    games = games_identity(run, sorted(played))
+    inputs = StageInputs(
+        [run, pol, rollout, cfg], seed, CODE_VERSION, policy=path, upstream=upstream, games=games
+    )
     return run_rank(stage, "fork", run, inputs, compute)

@@ -275,6 +275,11 @@ def run_replication(argv: list[str], ablations: bool = True) -> dict:
     runs_dir, main = recipe.run.runs_dir, recipe.run.exp
     for r in (1, 2):
         run_round(load_recipe(argv + ["--round", str(r)]))
+    if recipe.train.dry_run:  # the ablations are sized from round 1's pairs, which a dry run does not make
+        if ablations:
+            names = ", ".join(f"{main}-{n}" for n in (*PAIR_VARIANTS, *BRANCH_VARIANTS))
+            print(f"then round 1 again as the ablations {names}, from round 1's pairs")
+        return {}
     if ablations:
         # the variants compare SR on valid_seen; the headroom is the main line's to measure
         base = argv + ["--round", "1", "--eval_splits", "valid_seen", "--eval_headroom", "false"]

@@ -21,7 +21,7 @@ from selskill.stages.common import (
     shard_items,
     stable_seed,
 )
-from selskill.stages.context import game_index, load_policy, make_runner, sampling_policy_path
+from selskill.stages.context import game_index, games_identity, load_policy, make_runner, sampling_policy_path
 
 CODE_VERSION = 5  # bump when a change alters the rows this stage writes (completed ranks are then refused)
 
@@ -94,5 +94,6 @@ def run_sample(
         )
         return out
 
-    inputs = StageInputs([run, pol, rollout, cfg], seed, CODE_VERSION, policy=path)
+    games = games_identity(run, [cfg.sample_split])
+    inputs = StageInputs([run, pol, rollout, cfg], seed, CODE_VERSION, policy=path, games=games)
     return run_rank(stage, "rollout", run, inputs, compute)

@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from selskill.config import Recipe, load_recipe
-from selskill.data.contract import StageRefused
 from selskill.data.layout import policy_dir, resolve_round_policy, round_dir
+from selskill.errors import run_main
 from selskill.executors.base import Stage, StageFailed
 from selskill.stages.wandb_log import log_stage
 
@@ -112,7 +111,7 @@ def train_stage(recipe: Recipe) -> None:
     from selskill.train.run import launch_parsed
 
     if launch_parsed(recipe.run, recipe.policy, recipe.train, recipe.argv) != 0:
-        raise RuntimeError("the train stage failed (see its output above)")
+        raise StageFailed("the train stage failed (see its output above)")
 
 
 def eval_stage(recipe: Recipe):
@@ -182,21 +181,25 @@ def round_stages(names: Sequence[str] | None = None) -> list[Stage]:
     return [s for s in STAGES if s.name in names]
 
 
+def describe_only(recipe: Recipe, name: str, rank: int | None = None) -> None:
+    """A dry run of stage `name` (`rank`: that rank only) in this process: what it would run, and nothing
+    computed or written (train has its own dry run, which also counts the pairs and steps)."""
+    from selskill.executors.base import DRY_RUN_DONE
+    from selskill.executors.local import LocalExecutor
+
+    executor = LocalExecutor(workers=1, dry_run=True)
+    executor.describe(recipe, BY_NAME[name], rank=rank)
+    executor.out(DRY_RUN_DONE)
+
+
 def run_entry(job: Callable[[Recipe], object], argv: Sequence[str] | None = None) -> int:
-    """Parse the recipe and run `job(recipe)`: bad input exits 2, missing upstream outputs or a refused rank
-    (another writer, recorded inputs that differ) or failed ranks of an executor 1, each with its message
-    instead of a traceback."""
-    try:
-        recipe = load_recipe(argv)
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    try:
-        job(recipe)
-    except (FileNotFoundError, StageRefused, StageFailed) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    return 0
+    """Parse the recipe and run `job(recipe)`, ending on an error with its one line (`selskill.errors`)."""
+
+    def main() -> int:
+        job(load_recipe(argv))
+        return 0
+
+    return run_main(main)
 
 
 def stage_main(name: str, argv: Sequence[str] | None = None) -> int:
@@ -206,6 +209,10 @@ def stage_main(name: str, argv: Sequence[str] | None = None) -> int:
         from selskill.train.run import init_cpu_deepspeed
 
         init_cpu_deepspeed()
-    return run_entry(
-        lambda r: stage.run(r, r.run.rank, r.run.world_size) if stage.sharded else stage.run(r), argv
-    )
+
+    def job(r: Recipe):
+        if r.train.dry_run and stage.name != "train":
+            return describe_only(r, stage.name, r.run.rank)
+        return stage.run(r, r.run.rank, r.run.world_size) if stage.sharded else stage.run(r)
+
+    return run_entry(job, argv)

@@ -650,25 +650,18 @@ def parse(argv: Sequence[str] | None = None):
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Train (or dry-run) in this process; under `accelerate launch`, in every process.
-    A bad recipe, a missing or unverified input or a refused run exits 2 with its one-line message."""
-    try:
+    An error ends it with its one line, as every other entry point (`selskill.errors`)."""
+    from selskill.errors import run_main
+
+    def train() -> int:
         run, policy, cfg = parse(argv)
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    if cfg.dry_run:
-        dry_run(run, policy, cfg)
+        if cfg.dry_run:
+            dry_run(run, policy, cfg)
+        else:
+            run_train(run, policy, cfg)
         return 0
-    try:
-        run_train(run, policy, cfg)
-    except (
-        FileNotFoundError,
-        ShardError,
-        StageRefused,
-    ) as exc:  # a missing or refused input: what, and the fix
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    return 0
+
+    return run_main(train)
 
 
 def launch(argv: Sequence[str]) -> int:

@@ -1,0 +1,82 @@
+"""How every entry point ends on an error a person can act on: one line, `error: <what is wrong and the fix>`.
+
+`selskill`, `pipelines/*.py`, `python -m selskill.stages` and `python -m selskill.train.run`
+all run their work through `run_main`, so one error reads the same whichever of them met it
+(a traceback hides the line that matters under thirty lines that do not).
+
+Exit status 2: the command cannot run as given, and the message says what to change: a bad
+value or path (`ValueError`, `FileNotFoundError`, `FileExistsError`), or an input that
+conflicts with what is on disk (an `ExplainedError`: a rank refused for other recorded inputs
+or another writer, a shard that does not match its marker). Exit status 1: the command ran
+and failed (`StageFailed`: ranks that raised; any other `OSError`, such as a full disk,
+which names the file). A module of an extra the install lacks exits 2 naming the extra to
+add. Any other exception is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import errno
+import sys
+from collections.abc import Callable
+
+BAD_INPUT = (ValueError, FileNotFoundError, FileExistsError)
+
+# top-level module -> the extra that installs it (pyproject.toml): a subcommand that needs a
+# package the install lacks says which extra to add instead of a traceback
+EXTRA_OF = {
+    "torch": "train",
+    "transformers": "train",
+    "tokenizers": "train",
+    "trl": "train",
+    "accelerate": "train",
+    "bm25s": "train",
+    "alfworld": "alfworld",
+    "textworld": "alfworld",
+    "mpmath": "bfcl",
+    "deepspeed": "deepspeed",
+    "wandb": "wandb",
+    "vllm": "vllm",
+    "ray": "ray",
+}
+
+
+class ExplainedError(RuntimeError):
+    """An error whose message says what is wrong and the fix: entry points print it without a traceback."""
+
+    status = 2  # the exit status of an entry point that ends on it
+
+
+def error_message(exc: BaseException | str) -> str:
+    """The message of `exc` as an entry point prints it; an OSError names its file first."""
+    if isinstance(exc, str):
+        return exc
+    if isinstance(exc, OSError) and exc.filename is not None and exc.strerror:
+        files = f"{exc.filename}" + (f" -> {exc.filename2}" if exc.filename2 is not None else "")
+        message = f"{files}: {exc.strerror}"
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            message += " (free space on that filesystem, then rerun: complete ranks are skipped)"
+        return message
+    return str(exc) or type(exc).__name__
+
+
+def run_main(main: Callable[[], int | None], out=None) -> int:
+    """`main()`'s exit status, or an error's one line on stderr and its status (2: the command cannot run as
+    given, 1: it ran and failed)."""
+    try:
+        return int(main() or 0)
+    except BAD_INPUT as exc:
+        status, error = 2, exc
+    except ExplainedError as exc:
+        status, error = exc.status, exc
+    except ModuleNotFoundError as exc:
+        module = (exc.name or "").partition(".")[0]
+        if module not in EXTRA_OF:
+            raise
+        status, error = (
+            2,
+            f"this needs {module}, which is not installed: pip install 'selskill[{EXTRA_OF[module]}]'",
+        )
+    except OSError as exc:
+        status, error = 1, exc
+    print(f"error: {error_message(error)}", file=out or sys.stderr, flush=True)
+    return status
