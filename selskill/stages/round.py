@@ -5,6 +5,8 @@ recipe has no model) and pairs are not accumulated across rounds. Every stage sk
 that are already complete, so rerunning after a crash, with the same executor or another,
 finishes only what is missing. `executor: local` runs the ranks on this machine, `slurm`
 submits one job array per stage, `ray` one task per rank (docs/design.md, "Executors").
+`--dry_run` runs nothing: the slurm executor prints its scripts, the others what the round
+would run and the train stage's dry run.
 """
 
 from __future__ import annotations
@@ -24,6 +26,9 @@ def run_round(recipe: Recipe, executor: Executor | None = None) -> dict | None:
     run = recipe.run
     if run.round < 1:
         resolve_round_policy(run, recipe.policy)  # says what round 0 is and which command builds it
+    if recipe.train.dry_run and run.executor != "slurm":
+        dry_run_round(recipe)
+        return None
     executor = executor or make_executor(recipe)
     executor.run(recipe, round_stages())
     if not executor.waits:
@@ -31,6 +36,24 @@ def run_round(recipe: Recipe, executor: Executor | None = None) -> dict | None:
     summary = round_summary(run)
     print(format_summary(summary))
     return summary
+
+
+def dry_run_round(recipe: Recipe, out=print) -> None:
+    """What the round would run (each stage's ranks, and which are complete), then the train stage's dry run.
+
+    The executor runs the stages themselves, so a dry run stops before it: it loads no weights and
+    writes nothing (a hub model is not downloaded; the train dry run says whether it is cached).
+    """
+    from selskill.train.run import dry_run
+
+    run = recipe.run
+    out(
+        f"dry run: round {run.round} of {run.exp!r} with the {run.executor} executor; nothing is run or written"
+    )
+    for stage in round_stages():
+        done = stage.complete is not None and stage.complete(recipe)
+        out(f"  {stage.name}: {stage.ranks(recipe)} rank(s), {'complete' if done else 'to run'}: {stage.doc}")
+    dry_run(run, recipe.policy, recipe.train, out=out)
 
 
 def main(argv=None) -> int:

@@ -10,7 +10,9 @@ The policy trained (and the reference) is round r-1's `train/model` (round 1: th
 from the last *complete* checkpoint: a newer one that a crash left half-written (a truncated
 weights or optimizer file, no trainer_state.json) is moved aside to `incomplete-checkpoint-N`
 with a message naming it and the file. A round with `COMPLETED` is skipped unless `--redo`.
-`model/` holds the weights and the tokenizer; `COMPLETED` is written last. After a resume,
+`model/` holds the weights and the tokenizer; with `use_peft` the Trainer saves the LoRA adapter
+to `adapter/` and `model/` holds the base with it merged in (selskill.train.lora says why the
+next round starts from the merged model). `COMPLETED` is written last. After a resume,
 its `train_loss` is the mean loss of the steps this process ran (`train_loss_steps`, after
 `resumed_at_step`), as the Trainer computes it; `logged_losses` covers the whole run.
 """
@@ -283,6 +285,11 @@ def resumable_checkpoint(stage_path: Path) -> tuple[Path | None, list[tuple[Path
     return None, broken
 
 
+def _replace(src: Path, dest: Path) -> None:
+    shutil.rmtree(dest, ignore_errors=True)
+    src.rename(dest)
+
+
 def set_aside(ckpt: Path) -> Path:
     dest = ckpt.with_name(INCOMPLETE_PREFIX + ckpt.name)
     n = 1
@@ -298,6 +305,7 @@ def run_train(run, policy, cfg) -> Path:
     from accelerate import PartialState
     from transformers import AutoTokenizer
 
+    from selskill.train.lora import ADAPTER_DIR, describe, merge_adapter, peft_config
     from selskill.train.trainer import SelSkillDPOTrainer
 
     state = PartialState()
@@ -314,6 +322,7 @@ def run_train(run, policy, cfg) -> Path:
             old = [
                 done,
                 stage.path / "model",
+                stage.path / ADAPTER_DIR,
                 stage.path / DATASET_DIR,
                 stage.path / STATS_FILE,
                 stage.path / "wandb_id",
@@ -329,12 +338,15 @@ def run_train(run, policy, cfg) -> Path:
 
     cfg.output_dir = str(stage.path)
     cfg.trust_remote_code = policy.trust_remote_code
+    peft = peft_config(cfg)
     if state.is_main_process:
         write_resolved_config(stage.config, run, policy, cfg)
         print(
             f"train: round {run.round} of {run.exp!r} from {model_path} ({source}) -> {stage.path}",
             flush=True,
         )
+        if peft is not None:
+            print(f"train: {describe(peft)}", flush=True)
 
     tokenizer = AutoTokenizer.from_pretrained(model_path, trust_remote_code=policy.trust_remote_code)
     with state.main_process_first():
@@ -351,7 +363,9 @@ def run_train(run, policy, cfg) -> Path:
     setup_wandb(run, cfg, stage.path, state.is_main_process)
 
     start = time.time()
-    trainer = SelSkillDPOTrainer(model_path, args=cfg, train_dataset=dataset, processing_class=tokenizer)
+    trainer = SelSkillDPOTrainer(
+        model_path, args=cfg, train_dataset=dataset, processing_class=tokenizer, peft_config=peft
+    )
     last, broken = resumable_checkpoint(stage.path)
     state.wait_for_everyone()  # every process has chosen before the main one moves anything
     if state.is_main_process:
@@ -366,20 +380,27 @@ def run_train(run, policy, cfg) -> Path:
     result = trainer.train(resume_from_checkpoint=str(last) if last else None)
 
     tmp = stage.path / "model.tmp"
+    saved = stage.path / f"{ADAPTER_DIR}.tmp" if peft is not None else tmp  # what the Trainer saves
     if state.is_main_process:
-        shutil.rmtree(tmp, ignore_errors=True)  # left by a save that crashed
+        for p in {tmp, saved}:
+            shutil.rmtree(p, ignore_errors=True)  # left by a save that crashed
     state.wait_for_everyone()
-    trainer.save_model(str(tmp))  # every rank: ZeRO-3 gathers the weights
+    trainer.save_model(str(saved))  # every rank: ZeRO-3 gathers the weights (with LoRA, the adapter's)
     state.wait_for_everyone()
     if state.is_main_process:
-        tokenizer.save_pretrained(str(tmp))
+        tokenizer.save_pretrained(str(saved))
+        if peft is not None:
+            base_dtype = trainer.accelerator.unwrap_model(trainer.model).get_base_model().dtype
+            merge_adapter(model_path, saved, tmp, base_dtype, policy.trust_remote_code)
+            tokenizer.save_pretrained(str(tmp))
+            _replace(saved, stage.path / ADAPTER_DIR)
         final = stage.path / "model"
-        shutil.rmtree(final, ignore_errors=True)
-        tmp.rename(final)
+        _replace(tmp, final)
         losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
         write_json_atomic(
             {
                 "model": str(final),
+                "adapter": str(stage.path / ADAPTER_DIR) if peft is not None else None,
                 "policy_source": model_path,
                 "global_step": trainer.state.global_step,
                 "train_loss": result.training_loss,  # mean over train_loss_steps (this process's steps)
@@ -459,6 +480,9 @@ def dry_run(run, policy, cfg, out=print) -> dict:
     steps = count_steps(n, cfg, world) if n else (cfg.max_steps if cfg.max_steps > 0 else None)
     info["steps"] = steps
     info["warmup_steps"] = cfg.get_warmup_steps(steps) if steps else None
+    from selskill.train.lora import describe, peft_config
+
+    info["peft"] = peft_config(cfg)  # builds peft's LoraConfig: its own checks run here too
 
     out(
         f"dry run: {run.exp} round {run.round} -> {StageDir.of(run.runs_dir, run.exp, run.round, 'train').path}"
@@ -485,6 +509,7 @@ def dry_run(run, policy, cfg, out=print) -> dict:
         )
         + f", gradient checkpointing {cfg.gradient_checkpointing}, precompute_ref_log_probs {cfg.precompute_ref_log_probs}"
     )
+    out(f"  peft: {describe(info['peft'])}")
     if n is None:
         examples = ", ".join(f"{p} pairs -> {count_steps(p, cfg, world)}" for p in (500, 2000, 10000))
         out(f"  pairs: no shards at {label.shards} yet; steps: {examples}")
