@@ -26,7 +26,7 @@ from test_pipeline_stages import _inproc, recipe  # noqa: F401 (the fixture)
 
 from selskill.config import PolicyConfig, RunConfig, changed_settings
 from selskill.data.layout import StageDir, check_model_source, resolve_round_policy
-from selskill.data.shards import ShardError
+from selskill.data.shards import ShardError, write_shard
 from selskill.stages.common import (
     StageInputs,
     StageRefused,
@@ -316,12 +316,18 @@ def test_a_half_written_checkpoint_is_skipped_for_the_last_complete_one(tmp_path
 def test_the_train_stage_resumes_from_the_last_complete_checkpoint(tmp_path, monkeypatch, capsys):
     """run_train with a stand-in trainer (no training): which checkpoint it resumes from, what it says,
     and what COMPLETED records about the resumed steps."""
-    from train_helpers import micro_tokenizer, setup_round
+    from train_helpers import fixture_rows, micro_model, micro_tokenizer
 
     import selskill.train.trainer as trainer_mod
     from selskill.train.run import parse, run_train
 
-    setup_round(micro_tokenizer(), tmp_path, 4)
+    tok = micro_tokenizer()
+    init = tmp_path / "t" / "round_0" / "train" / "model"
+    tok.save_pretrained(init)
+    micro_model(tok).save_pretrained(init)
+    write_shard(
+        fixture_rows(tok, 4), tmp_path / "t" / "round_1" / "label" / "shards" / "00000.parquet", "pair"
+    )
     train_dir = tmp_path / "t" / "round_1" / "train"
     _checkpoint(train_dir, 3)
     bad = _checkpoint(train_dir, 6)

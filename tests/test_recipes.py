@@ -79,9 +79,17 @@ def test_accelerate_configs_load(path):
 
 
 def test_dry_run_counts_pairs_and_steps_like_the_trainer(tmp_path):
-    from train_helpers import micro_tokenizer, setup_round
+    from train_helpers import fixture_rows, micro_model, micro_tokenizer
 
-    setup_round(micro_tokenizer(), tmp_path, 10)
+    from selskill.data.shards import write_shard
+
+    tok = micro_tokenizer()
+    init = tmp_path / "t" / "round_0" / "train" / "model"
+    tok.save_pretrained(init)
+    micro_model(tok).save_pretrained(init)
+    write_shard(
+        fixture_rows(tok, 10), tmp_path / "t" / "round_1" / "label" / "shards" / "00000.parquet", "pair"
+    )
     argv = [
         "--config",
         str(ROOT / "recipes" / "tiny.yaml"),

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from train_helpers import fixture_rows, micro_model, micro_tokenizer, setup_round
+from train_helpers import fixture_rows, micro_model, micro_tokenizer
 
 from selskill.train.pairs import examples_to_dataset, loss_mask
 from selskill.train.trainer import SelSkillDPOTrainer
@@ -102,6 +102,19 @@ def test_only_the_adapter_trains_and_the_reference_is_the_base(tok, tmp_path):
     assert not torch.allclose(_logps(trainer, examples, ref=False), base_logps, atol=1e-3)
 
 
+def _setup(tok, root: Path, round_: int = 1, n_pairs: int = 8) -> Path:
+    """The round-0 model (kept if there) and round `round_`'s pairs."""
+    from selskill.data.shards import write_shard
+
+    init = root / "t" / "round_0" / "train" / "model"
+    if not init.is_dir():
+        tok.save_pretrained(init)
+        micro_model(tok, seed=0).save_pretrained(init)
+    shard = root / "t" / f"round_{round_}" / "label" / "shards" / "00000.parquet"
+    write_shard(fixture_rows(tok, n_pairs), shard, "pair")
+    return init
+
+
 def _argv(root, *extra):
     return [
         "--config", str(ROOT / "recipes" / "tiny.yaml"), "--runs_dir", str(root), "--exp", "t",
@@ -118,7 +131,7 @@ def test_lora_stage_checkpoints_resumes_and_chains_rounds(tok, tmp_path, capsys)
     from selskill.data.layout import resolve_round_policy
     from selskill.train.run import parse, run_train
 
-    init = setup_round(tok, tmp_path, 8)
+    init = _setup(tok, tmp_path)
     train_dir = tmp_path / "t" / "round_1" / "train"
     run, policy, cfg = parse(_argv(tmp_path, "--round", "1", "--max_steps", "4", "--save_steps", "2"))
     assert cfg.precompute_ref_log_probs
@@ -164,7 +177,7 @@ def test_lora_stage_checkpoints_resumes_and_chains_rounds(tok, tmp_path, capsys)
     assert resumed["logged_losses"][4] < 0.9 * math.log(2)  # a fresh adapter would start again at log 2
 
     # round 2 starts from round 1's merged model and trains a fresh adapter against it as the reference
-    setup_round(tok, tmp_path, 8, round_=2)
+    _setup(tok, tmp_path, round_=2)
     run2, policy2, cfg2 = parse(_argv(tmp_path, "--round", "2", "--max_steps", "1", "--save_strategy", "no"))
     assert resolve_round_policy(run2, policy2)[0] == str(train_dir / "model")
     run_train(run2, policy2, cfg2)

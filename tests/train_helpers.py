@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 from selskill.data.schema import ROLE_ASSISTANT, ROLE_OBSERVATION, ROLE_PROMPT, ROLE_SKILL_RETURN
 from selskill.policy.bootstrap import TinyArch, build_model, train_tokenizer
@@ -162,17 +161,3 @@ def fixture_rows(tok, n_pairs: int = 8) -> list[dict]:
             chosen, rejected = [("assistant", CORPUS[2]), ("user", CORPUS[4])] + GOOD, BAD
         rows.append(pair_row(tok, f"p{i:03d}", kind, prompt, chosen, rejected))
     return rows
-
-
-def setup_round(tok, root, n_pairs: int, exp: str = "t", round_: int = 1) -> Path:
-    """What a train stage reads: <root>/<exp>/round_0/train/model (the micro model, kept if there) and
-    `n_pairs` fixture pairs as round `round_`'s label shard. Returns the model directory."""
-    from selskill.data.shards import write_shard
-
-    init = Path(root) / exp / "round_0" / "train" / "model"
-    if not init.is_dir():
-        tok.save_pretrained(init)
-        micro_model(tok).save_pretrained(init)
-    shard = Path(root) / exp / f"round_{round_}" / "label" / "shards" / "00000.parquet"
-    write_shard(fixture_rows(tok, n_pairs), shard, "pair")
-    return init

@@ -10,9 +10,7 @@ The policy trained (and the reference) is round r-1's `train/model` (round 1: th
 from the last *complete* checkpoint: a newer one that a crash left half-written (a truncated
 weights or optimizer file, no trainer_state.json) is moved aside to `incomplete-checkpoint-N`
 with a message naming it and the file. A round with `COMPLETED` is skipped unless `--redo`.
-`model/` holds the weights and the tokenizer; with `use_peft` the Trainer saves the LoRA adapter
-to `adapter/` and `model/` holds the base with it merged in (selskill.train.lora says why the
-next round starts from the merged model). `COMPLETED` is written last. After a resume,
+`model/` holds the weights and the tokenizer; `COMPLETED` is written last. After a resume,
 its `train_loss` is the mean loss of the steps this process ran (`train_loss_steps`, after
 `resumed_at_step`), as the Trainer computes it; `logged_losses` covers the whole run.
 """
@@ -285,11 +283,6 @@ def resumable_checkpoint(stage_path: Path) -> tuple[Path | None, list[tuple[Path
     return None, broken
 
 
-def _replace(src: Path, dest: Path) -> None:
-    shutil.rmtree(dest, ignore_errors=True)
-    src.rename(dest)
-
-
 def set_aside(ckpt: Path) -> Path:
     dest = ckpt.with_name(INCOMPLETE_PREFIX + ckpt.name)
     n = 1
@@ -392,10 +385,12 @@ def run_train(run, policy, cfg) -> Path:
         if peft is not None:
             base_dtype = trainer.accelerator.unwrap_model(trainer.model).get_base_model().dtype
             merge_adapter(model_path, saved, tmp, base_dtype, policy.trust_remote_code)
-            tokenizer.save_pretrained(str(tmp))
-            _replace(saved, stage.path / ADAPTER_DIR)
+            tokenizer.save_pretrained(str(tmp))  # with LoRA, model/ is the base with the adapter merged in
+            shutil.rmtree(stage.path / ADAPTER_DIR, ignore_errors=True)
+            saved.rename(stage.path / ADAPTER_DIR)
         final = stage.path / "model"
-        _replace(tmp, final)
+        shutil.rmtree(final, ignore_errors=True)
+        tmp.rename(final)
         losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
         write_json_atomic(
             {
