@@ -312,8 +312,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="run one SelSkill round: sample, branch, fork, label, train, eval (what `make round` runs)",
         description="Run round r of the recipe with round r-1's model; stages and ranks already complete are "
         "skipped. The recipe's executor runs the stages' ranks: local (this machine; local_workers), slurm (one "
-        "sbatch --array per stage; with --dry_run it prints the scripts and submits nothing) or ray (one Ray task "
-        "per rank). Example: selskill round --config recipes/tiny.yaml --round 1; selskill round --config "
+        "sbatch --array per stage) or ray (one Ray task per rank). With --dry_run nothing runs: every executor "
+        "prints what each stage would run (slurm: its scripts), then the train stage's dry run. Example: selskill round --config recipes/tiny.yaml --round 1; selskill round --config "
         "recipes/dpo_8b.yaml --round 1 --world_size 64 --executor slurm --slurm_partition gpu --dry_run",
     )
     p.set_defaults(takes_recipe=True)  # --config RECIPE and --key value overrides pass through to TrlParser

@@ -17,7 +17,7 @@ ACCELERATE = sorted((ROOT / "recipes" / "accelerate").glob("*.yaml"))
 
 def test_the_recipes_are_there():
     names = {p.name for p in RECIPES}
-    assert {"tiny.yaml", "dpo_8b.yaml"} <= names
+    assert {"tiny.yaml", "dpo_8b.yaml", "dpo_8b_lora.yaml", "gpu_quickstart.yaml"} <= names
     assert {p.name for p in ACCELERATE} == {"ddp.yaml", "zero2.yaml", "zero3.yaml"}
 
 
@@ -183,6 +183,66 @@ def test_selskill_train_relaunches_under_the_recipes_accelerate_config(monkeypat
     ]  # fmt: skip
     with pytest.raises(FileNotFoundError, match="train_accelerate_config recipes/nope.yaml does not exist"):
         launch(["--config", "recipes/tiny.yaml", "--train_accelerate_config", "recipes/nope.yaml"])
+
+
+def test_dpo_8b_lora_is_dpo_8b_on_one_gpu(monkeypatch):
+    """Same rollouts and pairs as the paper's recipe; LoRA in one process with the same pairs per step."""
+    from selskill.config import load_recipe
+
+    monkeypatch.chdir(ROOT)
+    full, lora = (
+        load_recipe(["--config", f"recipes/{n}.yaml", "--dry_run"]) for n in ("dpo_8b", "dpo_8b_lora")
+    )
+    for section in ("policy", "games", "rollout", "sample", "branch", "fork", "label", "eval"):
+        assert getattr(full, section) == getattr(lora, section), section
+    cfg = lora.train
+    assert cfg.use_peft and not full.train.use_peft and not cfg.train_accelerate_config
+    assert (cfg.lora_r, cfg.lora_alpha, cfg.lora_target_modules) == (16, 32, "all-linear")
+    assert cfg.model_init_kwargs == {"dtype": "bfloat16"} and cfg.gradient_checkpointing
+    assert cfg.learning_rate == pytest.approx(10 * full.train.learning_rate)
+    full_info = dry_run(full.run, full.policy, full.train, out=lambda s: None)
+    info = dry_run(lora.run, lora.policy, cfg, out=lambda s: None)
+    assert info["world_size"] == 1 and info["effective_batch_size"] == full_info["effective_batch_size"] == 32
+    assert "accelerate" not in info and info["peft"].r == 16
+
+
+@pytest.mark.parametrize("recipe", ["dpo_8b_lora.yaml", "gpu_quickstart.yaml"])
+def test_the_one_gpu_recipes_dry_run_a_round_loading_and_downloading_nothing(
+    recipe, tmp_path, monkeypatch, capsys
+):
+    """`selskill round --dry_run` runs no stage and writes no file, and a hub model is named, not fetched (the suite runs with HF_HUB_OFFLINE=1, where a fetch would fail)."""
+    from selskill.cli import main
+
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    argv = ["round", "--config", f"recipes/{recipe}", "--round", "1", "--runs_dir", str(tmp_path / "runs"),
+            "--games_dir", str(tmp_path / "games"), "--dry_run"]  # fmt: skip
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "dry run: nothing was written or submitted, and nothing computed" in out
+    for stage in ("sample", "fork", "label", "train", "eval"):
+        assert any(line.startswith(f"{stage}: ") and "not complete: would compute" in line for line in out.splitlines())
+    assert "peft: LoRA r=16 alpha=32 dropout=0.05 targets=all-linear" in out
+    assert "x 1 processes" in out and "launch:" not in out  # one process, no accelerate relaunch
+    assert "is a hub id, HF_HUB_OFFLINE=1 forbids downloading it" in out  # named, not fetched
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "games").exists()
+
+
+def test_the_quickstart_takes_a_local_model_directory(tmp_path, monkeypatch, capsys):
+    from train_helpers import micro_model, micro_tokenizer
+
+    from selskill.cli import main
+
+    monkeypatch.chdir(ROOT)
+    model = tmp_path / "my-model"
+    tok = micro_tokenizer()
+    tok.save_pretrained(model)
+    micro_model(tok).save_pretrained(model)
+    argv = ["round", "--config", "recipes/gpu_quickstart.yaml", "--runs_dir", str(tmp_path / "runs"),
+            "--model_name_or_path", str(model), "--dry_run"]  # fmt: skip
+    assert main(argv) == 0
+    assert f"policy: {model} (model_name_or_path (local))" in capsys.readouterr().out
+    assert not (tmp_path / "runs").exists()
 
 
 def test_cli_train_dry_run(capsys, monkeypatch):

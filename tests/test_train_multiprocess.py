@@ -118,3 +118,35 @@ def test_two_processes_train_to_the_one_process_loss(base, one_process, config, 
         drift += (p2 - p1).abs().sum().item()
     assert drift < 1e-3 * moved, (drift, moved)
     assert torch.isfinite(torch.tensor(drift))
+
+
+LORA = ("--use_peft", "true", "--lora_r", "8", "--lora_alpha", "16", "--lora_dropout", "0",
+        "--lora_target_modules", "all-linear", "--learning_rate", "1e-2")  # fmt: skip
+
+
+def test_lora_under_zero3_trains_to_the_one_process_loss_and_merges(base):
+    """ZeRO-3 shards the base and the adapter; the saved adapter is whole and the main process merges it
+    into model/ alone (outside ZeRO-3's model init), as one process does."""
+    from transformers import AutoModelForCausalLM
+
+    one = _train(
+        base, "lora-one", [sys.executable], "--per_device_train_batch_size", "4",
+        "--precompute_ref_log_probs", "false", *LORA,
+    )  # fmt: skip
+    two = _train(
+        base, "lora-zero3", _accelerate("zero3"), "--per_device_train_batch_size", "2",
+        "--precompute_ref_log_probs", "true", *LORA,
+    )  # fmt: skip
+    assert two["world_size"] == 2 and two["zero_stage"] == 3 and two["adapter"]
+    assert one["logged_losses"][-1] < one["logged_losses"][0] - 0.2  # it trained
+    for a, b in zip(two["logged_losses"], one["logged_losses"], strict=True):
+        assert abs(a - b) < TOL, (two["logged_losses"], one["logged_losses"])
+    models = {
+        name: AutoModelForCausalLM.from_pretrained(base / exp / f"round_{r}" / "train" / "model")
+        for name, exp, r in (("two", "lora-zero3", 1), ("one", "lora-one", 1), ("start", "base", 0))
+    }
+    moved = drift = 0.0
+    for p2, p1, p0 in zip(*(models[n].parameters() for n in ("two", "one", "start")), strict=True):
+        moved += (p1 - p0).abs().sum().item()
+        drift += (p2 - p1).abs().sum().item()
+    assert moved > 0 and drift < 1e-3 * moved, (drift, moved)

@@ -166,13 +166,18 @@ def _unknown_keys(keys: Sequence[str], where: str) -> ValueError:
     """One line: each unknown key with the valid keys closest to it."""
     import difflib
 
+    from selskill.config.train import NOT_RECIPE_KEYS
+
     valid = sorted(
         {f.name for t in recipe_dataclasses() for f in dataclasses.fields(t) if not f.name.startswith("_")}
     )
     parts = []
     for key in keys:
         close = difflib.get_close_matches(key, valid, n=3)
-        parts.append(f"{key} (did you mean {' or '.join(close)}?)" if close else key)
+        if key in NOT_RECIPE_KEYS:  # a TRL ModelConfig key a TRL user may expect here
+            parts.append(f"{key} (TRL's ModelConfig key; here {NOT_RECIPE_KEYS[key]})")
+        else:
+            parts.append(f"{key} (did you mean {' or '.join(close)}?)" if close else key)
     s = "s" if len(keys) > 1 else ""
     return ValueError(f"unknown recipe key{s} {where}: {', '.join(parts)}; `--help` lists every key")
 

@@ -1,18 +1,22 @@
-"""The train section: TRL's `DPOConfig` plus the SelSkill knobs.
+"""The train section: TRL's `DPOConfig`, the LoRA keys of TRL's `ModelConfig`, and the SelSkill knobs.
 
 Every `DPOConfig`/`TrainingArguments` key (beta, learning_rate, num_train_epochs, max_length,
 bf16, gradient_checkpointing, precompute_ref_log_probs, report_to, ...) is a recipe key as
-TRL spells it. Our own keys carry the `train_` prefix so that they never clash with another
-section's; `dry_run` is the one exception, because users type `--dry_run`. Two TRL keys
-belong to other sections (`OWNED_ELSEWHERE`): the recipe-wide `seed` is the run section's,
-`trust_remote_code` the policy section's; parsing copies their values in.
+TRL spells it, and so are `ModelConfig`'s PEFT keys (use_peft, lora_r, lora_alpha,
+lora_dropout, lora_target_modules, ...): the section is also a `ModelConfig`, so
+`trl.get_peft_config` reads it as TRL's own scripts read theirs. Our own keys carry the
+`train_` prefix so that they never clash with another section's; `dry_run` is the one
+exception, because users type `--dry_run`. Two TRL keys belong to other sections
+(`OWNED_ELSEWHERE`): the recipe-wide `seed` is the run section's, `trust_remote_code` the
+policy section's; parsing copies their values in. `ModelConfig`'s model-loading keys are not
+recipe keys (`NOT_RECIPE_KEYS` says what replaces each).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from trl import DPOConfig
+from trl import DPOConfig, ModelConfig
 
 from selskill.logs import CHOICES as LOG_LEVELS
 
@@ -77,10 +81,16 @@ def parse_window_n(value: object) -> int | None:
 
 
 @dataclass
-class TrainConfig(DPOConfig):
-    """DPO on SelSkill pairs. Defaults follow the paper (Table 13); see recipes/dpo_8b.yaml."""
+class TrainConfig(DPOConfig, ModelConfig):
+    """DPO on SelSkill pairs. Defaults follow the paper (Table 13); see recipes/dpo_8b.yaml.
 
-    _argument_group_name = "train (TRL's DPOConfig keys, and train_*)"  # its heading in `--help`
+    With `use_peft` the trainer trains a LoRA adapter and the reference is the same model with
+    the adapter disabled (recipes/dpo_8b_lora.yaml; docs/design.md, "LoRA and round chaining").
+    """
+
+    _argument_group_name = (  # its heading in `--help`
+        "train (TRL's DPOConfig keys, ModelConfig's use_peft and lora_* keys, and train_*)"
+    )
 
     train_pair_kinds: str = field(
         default="both",
@@ -234,6 +244,8 @@ class TrainConfig(DPOConfig):
                 "oldest prompt messages (see train_keep_head_messages); remove truncation_mode from the recipe"
             )
 
+        ModelConfig.__post_init__(self)  # DPOConfig's chain does not reach it: a single target -> its name
+
         if self.bf16 is None:
             self.bf16 = bool(not self.fp16 and bf16_available())
         if cpu_only_launch():
@@ -266,9 +278,32 @@ class TrainConfig(DPOConfig):
 # that section's, and `selskill.config.parse_sections` copies its value into the train section.
 OWNED_ELSEWHERE = {"seed": "RunConfig", "trust_remote_code": "PolicyConfig"}
 
+_LOADING = (
+    "the trainer loads the policy with DPOConfig's model_init_kwargs, e.g. "
+    "`model_init_kwargs: {dtype: bfloat16, attn_implementation: sdpa}`"
+)
+_QUANTIZED = (
+    "quantized (QLoRA) base models are not supported: LoRA trains on the base in its model_init_kwargs dtype"
+)
+# `ModelConfig` keys that are not recipe keys, with what a recipe writes instead: the policy section
+# names the model (and each round trains round r-1's), and the trainer's own loader is the one way to
+# load it (two keys for one setting would disagree).
+NOT_RECIPE_KEYS = {
+    "model_name_or_path": "the policy section's key (round 1 starts from it; round r trains round r-1's model)",
+    "model_revision": _LOADING,
+    "dtype": _LOADING,
+    "attn_implementation": _LOADING,
+    "lora_task_type": "selskill trains causal language models only (CAUSAL_LM)",
+    "load_in_8bit": _QUANTIZED,
+    "load_in_4bit": _QUANTIZED,
+    "bnb_4bit_quant_type": _QUANTIZED,
+    "use_bnb_nested_quant": _QUANTIZED,
+    "bnb_4bit_quant_storage": _QUANTIZED,
+}
+
 
 def _hide_duplicate_fields() -> None:
-    for name in OWNED_ELSEWHERE:
+    for name in (*OWNED_ELSEWHERE, *NOT_RECIPE_KEYS):
         TrainConfig.__dataclass_fields__.pop(name, None)
 
 

@@ -405,6 +405,7 @@ def _train_locked(run, policy, cfg, state, stage: StageDir) -> None:
     """Every input is verified (in every process: each reaches the same verdict) before anything is removed."""
     from transformers import AutoTokenizer
 
+    from selskill.train.lora import ADAPTER_DIR, describe, merge_adapter, peft_config
     from selskill.train.trainer import SelSkillDPOTrainer
 
     model_path, source = resolve_round_policy(run, policy)
@@ -437,6 +438,7 @@ def _train_locked(run, policy, cfg, state, stage: StageDir) -> None:
             old = [
                 done,
                 stage.path / "model",
+                stage.path / ADAPTER_DIR,
                 stage.path / DATASET_DIR,
                 stage.path / STATS_FILE,
                 stage.path / "wandb_id",
@@ -470,9 +472,12 @@ def _train_locked(run, policy, cfg, state, stage: StageDir) -> None:
 
     cfg.output_dir = str(stage.path)
     cfg.trust_remote_code = policy.trust_remote_code
+    peft = peft_config(cfg)
     if state.is_main_process:
         write_resolved_config(stage.config, run, policy, cfg)
         logger.info(f"train: round {run.round} of {run.exp!r} from {model_path} ({source}) -> {stage.path}")
+        if peft is not None:
+            logger.info(f"train: {describe(peft)}")
 
     tokenizer = AutoTokenizer.from_pretrained(model_path, trust_remote_code=policy.trust_remote_code)
     key = _dataset_key(record["label shards"], cfg)
@@ -490,19 +495,29 @@ def _train_locked(run, policy, cfg, state, stage: StageDir) -> None:
     setup_wandb(run, cfg, stage.path, state.is_main_process)
 
     start = time.time()
-    trainer = SelSkillDPOTrainer(model_path, args=cfg, train_dataset=dataset, processing_class=tokenizer)
+    trainer = SelSkillDPOTrainer(
+        model_path, args=cfg, train_dataset=dataset, processing_class=tokenizer, peft_config=peft
+    )
     trainer.add_callback(record_inputs(recorded))
     resumed_at = json.loads((last / "trainer_state.json").read_text())["global_step"] if last else 0
     result = trainer.train(resume_from_checkpoint=str(last) if last else None)
 
     tmp = stage.path / "model.tmp"
+    saved = stage.path / f"{ADAPTER_DIR}.tmp" if peft is not None else tmp  # what the Trainer saves
     if state.is_main_process:
-        shutil.rmtree(tmp, ignore_errors=True)  # left by a save that crashed
+        for p in {tmp, saved}:
+            shutil.rmtree(p, ignore_errors=True)  # left by a save that crashed
     state.wait_for_everyone()
-    trainer.save_model(str(tmp))  # every rank: ZeRO-3 gathers the weights
+    trainer.save_model(str(saved))  # every rank: ZeRO-3 gathers the weights (with LoRA, the adapter's)
     state.wait_for_everyone()
     if state.is_main_process:
-        tokenizer.save_pretrained(str(tmp))
+        tokenizer.save_pretrained(str(saved))
+        if peft is not None:
+            base_dtype = trainer.accelerator.unwrap_model(trainer.model).get_base_model().dtype
+            merge_adapter(model_path, saved, tmp, base_dtype, policy.trust_remote_code)
+            tokenizer.save_pretrained(str(tmp))  # with LoRA, model/ is the base with the adapter merged in
+            shutil.rmtree(stage.path / ADAPTER_DIR, ignore_errors=True)
+            saved.rename(stage.path / ADAPTER_DIR)
         final = stage.path / "model"
         shutil.rmtree(final, ignore_errors=True)
         tmp.rename(final)
@@ -510,6 +525,7 @@ def _train_locked(run, policy, cfg, state, stage: StageDir) -> None:
         write_json_atomic(
             {
                 "model": str(final),
+                "adapter": str(stage.path / ADAPTER_DIR) if peft is not None else None,
                 "policy_source": model_path,
                 "global_step": trainer.state.global_step,
                 "train_loss": result.training_loss,  # mean over train_loss_steps (this process's steps)
@@ -592,6 +608,9 @@ def dry_run(run, policy, cfg, out=print) -> dict:
     steps = count_steps(n, cfg, world) if n else (cfg.max_steps if cfg.max_steps > 0 else None)
     info["steps"] = steps
     info["warmup_steps"] = cfg.get_warmup_steps(steps) if steps else None
+    from selskill.train.lora import describe, peft_config
+
+    info["peft"] = peft_config(cfg)  # builds peft's LoraConfig: its own checks run here too
 
     out(
         f"dry run: {run.exp} round {run.round} -> {StageDir.of(run.runs_dir, run.exp, run.round, 'train').path}"
@@ -618,6 +637,7 @@ def dry_run(run, policy, cfg, out=print) -> dict:
         )
         + f", gradient checkpointing {cfg.gradient_checkpointing}, precompute_ref_log_probs {cfg.precompute_ref_log_probs}"
     )
+    out(f"  peft: {describe(info['peft'])}")
     if n is None:
         examples = ", ".join(f"{p} pairs -> {count_steps(p, cfg, world)}" for p in (500, 2000, 10000))
         why = (
