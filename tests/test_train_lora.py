@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from train_helpers import fixture_rows, micro_model, micro_tokenizer
+from train_helpers import fixture_rows, micro_model, micro_tokenizer, write_label_stage
 
 from selskill.train.pairs import examples_to_dataset, loss_mask
 from selskill.train.trainer import SelSkillDPOTrainer
@@ -103,15 +103,12 @@ def test_only_the_adapter_trains_and_the_reference_is_the_base(tok, tmp_path):
 
 
 def _setup(tok, root: Path, round_: int = 1, n_pairs: int = 8) -> Path:
-    """The round-0 model (kept if there) and round `round_`'s pairs."""
-    from selskill.data.shards import write_shard
-
+    """The round-0 model (kept if there) and round `round_`'s pairs, as the label stage writes them."""
     init = root / "t" / "round_0" / "train" / "model"
     if not init.is_dir():
         tok.save_pretrained(init)
         micro_model(tok, seed=0).save_pretrained(init)
-    shard = root / "t" / f"round_{round_}" / "label" / "shards" / "00000.parquet"
-    write_shard(fixture_rows(tok, n_pairs), shard, "pair")
+    write_label_stage(root, "t", round_, [fixture_rows(tok, n_pairs)])
     return init
 
 
