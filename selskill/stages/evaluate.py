@@ -42,7 +42,7 @@ from selskill.stages.common import (
 )
 from selskill.stages.context import eval_library, game_index, load_policy, make_runner, task_texts
 
-CODE_VERSION = 5  # bump when a change alters the rows this stage writes (completed ranks are then refused)
+CODE_VERSION = 6  # bump when a change alters the rows this stage writes (completed ranks are then refused)
 
 
 def eval_policy_path(run: RunConfig) -> str:
