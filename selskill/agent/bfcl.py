@@ -94,7 +94,7 @@ def _format_section(tool: bool) -> str:
     lines = [
         "Reply with exactly one decision per turn, nothing else:",
         f"{ACTION_OPEN}[func_name1(param1=value1, param2=value2), func_name2(param=value)]{ACTION_CLOSE} - call "
-        "one or more of the available functions, in Python syntax with literal arguments;",
+        "one or more of the available functions, in Python syntax, every argument written as name=literal value;",
         f"{render_end_turn()} - no call: the request is done, or cannot be done; this ends your turn",
     ]
     if tool:
