@@ -235,7 +235,7 @@ def ground_truth_commands(
 
     The calls are written with keyword arguments (`keyword_ground_truth`), as a model must
     write them; `verbatim` keeps the data's own text, whose positional arguments BFCL's
-    decoder drops (24 tasks of each category then fail, as they would in BFCL's pipeline).
+    decoder drops (those tasks then fail, as they would in BFCL's pipeline).
     A turn of more than `max_steps` calls (BFCL's 20 by default; two long_context tasks
     have 34) is packed into at most that many steps, a call list per step, as a model would
     batch them.

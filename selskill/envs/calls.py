@@ -41,9 +41,9 @@ import math
 import operator
 from dataclasses import dataclass, field
 
-MAX_STEP_CHARS = 32_768  # ~5x the longest ground-truth step (6.8k characters)
-MAX_CALLS_PER_STEP = 256  # ground truth sends at most 34 calls in one turn
-MAX_NESTING = 32  # depth of the parsed expression; ground truth reaches 5
+MAX_STEP_CHARS = 32_768  # several times the longest ground-truth step (docs/benchmarks.md, "BFCL")
+MAX_CALLS_PER_STEP = 256  # several times the most calls a ground-truth turn sends
+MAX_NESTING = 32  # depth of the parsed expression, several times what ground truth reaches
 MAX_INT_DIGITS = 4_300  # Python's default int <-> str limit (sys.get_int_max_str_digits)
 _MAX_INT_BITS = math.ceil(MAX_INT_DIGITS * math.log2(10)) + 1
 
