@@ -2,13 +2,19 @@
 
 Each task is reset, its ground-truth calls are sent one call per step (a turn over BFCL's
 20-step limit is batched into 20 steps), each turn is ended with an empty step, and BFCL's
-own checker judges the recorded calls. Three sweeps:
+own checker judges the recorded calls. The env decodes each step as BFCL's pipeline does,
+so positional arguments are dropped. Four sweeps:
 
-- `strict`: the env as shipped (withheld miss_func functions refused until revealed);
-- `bfcl-rule`: `withheld_callable=True`, BFCL's own rule (withheld functions run if called);
+- `verbatim`: the data's own text under BFCL's rule for withheld functions: what BFCL's own
+  pipeline scores when a model writes the ground truth as the data does (positional
+  arguments included);
+- `strict`: keyword form (every positional argument named, as demonstrations write it), the
+  env as shipped (withheld miss_func functions refused until revealed);
+- `bfcl-rule`: keyword form, `withheld_callable=True`, BFCL's own rule (withheld functions run);
 - `drop-last`: strict, with each task's last ground-truth call left out: all should lose.
 
-Prints, per sweep and category, tasks won / played and the wall time.
+Prints how many tasks and calls pass an argument by position, then, per sweep and
+category, tasks won / played and the wall time.
 
     OMP_NUM_THREADS=1 python pipelines/bench_bfcl_gt.py [--categories base miss_func]
 """
@@ -20,7 +26,7 @@ import sys
 import time
 from collections import Counter
 
-from selskill.envs.bfcl import CATEGORIES, BfclEnv, ground_truth_commands
+from selskill.envs.bfcl import CATEGORIES, BfclEnv, ground_truth_commands, is_positional, load_tasks
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -29,30 +35,44 @@ def make_parser() -> argparse.ArgumentParser:
     return p
 
 
-def sweep(env: BfclEnv, drop_last_call: bool = False) -> tuple[Counter, Counter, list[str], float]:
+def sweep(
+    env: BfclEnv, drop_last_call: bool = False, verbatim: bool = False
+) -> tuple[Counter, Counter, list[str], float]:
     """(won by category, played by category, ids of the tasks whose outcome was not the expected one, seconds)."""
     won, played, odd = Counter(), Counter(), []
     start = time.perf_counter()
     for task_id in env.task_ids():
         task = env.task(task_id)
-        state = env.replay(task_id, ground_truth_commands(task, drop_last_call=drop_last_call))
+        commands = ground_truth_commands(task, drop_last_call=drop_last_call, verbatim=verbatim)
+        state = env.replay(task_id, commands)
         played[task.category] += 1
         won[task.category] += int(state.won)
-        if state.won == drop_last_call:
+        if state.won == drop_last_call and not verbatim:
             odd.append(f"{task_id} ({(state.info.get('verdict') or {}).get('error_type')})")
     return won, played, odd, time.perf_counter() - start
 
 
+def positional_counts(categories: list[str]) -> str:
+    """Per category: tasks whose ground truth passes an argument by position, and such calls."""
+    cells = []
+    for c in categories:
+        calls = [[x for turn in t.ground_truth for x in turn if is_positional(x)] for t in load_tasks([c])]
+        cells.append(f"{c} {sum(1 for x in calls if x)} tasks / {sum(len(x) for x in calls)} calls")
+    return "positional ground truth: " + "  ".join(cells)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = make_parser().parse_args(argv)
+    print(positional_counts(args.categories))
     settings = [
-        ("strict", dict(withheld_callable=False), False),
-        ("bfcl-rule", dict(withheld_callable=True), False),
-        ("drop-last", dict(withheld_callable=False), True),
+        ("verbatim", dict(withheld_callable=True), False, True),
+        ("strict", dict(withheld_callable=False), False, False),
+        ("bfcl-rule", dict(withheld_callable=True), False, False),
+        ("drop-last", dict(withheld_callable=False), True, False),
     ]
-    for name, kwargs, drop in settings:
+    for name, kwargs, drop, verbatim in settings:
         env = BfclEnv(args.categories, **kwargs)
-        won, played, odd, seconds = sweep(env, drop_last_call=drop)
+        won, played, odd, seconds = sweep(env, drop_last_call=drop, verbatim=verbatim)
         cells = "  ".join(f"{c} {won[c]}/{played[c]}" for c in args.categories)
         total_won, total = sum(won.values()), sum(played.values())
         print(

@@ -121,7 +121,7 @@ def bfcl_episodes(
 ) -> list[Episode]:
     """One episode per BFCL task of `split`, its events from the replayed ground truth."""
     from selskill.envs.bfcl import CATEGORIES, BfclEnv, ground_truth_commands, split_tasks
-    from selskill.envs.calls import Call, parse_calls
+    from selskill.envs.calls import decode_step
 
     missing = sorted(set(BFCL_REFERENCE_SKILLS.values()) - set(library))
     if missing:
@@ -137,8 +137,8 @@ def bfcl_episodes(
         prefix = EpisodePrefix(task=task.turns[0], observation=state.observation, goal=state.task, api=True)
         events = []
         for command in ground_truth_commands(task):
-            calls = parse_calls(command) if command else None
-            if calls and isinstance(calls[0], Call):
+            calls = decode_step(command).calls
+            if calls:
                 relevant = bfcl_relevant(calls[0].name, task.involved_classes, fn_classes, workflows)
                 if relevant:
                     events.append(Event(prefix, relevant))

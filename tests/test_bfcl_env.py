@@ -24,15 +24,16 @@ from selskill.envs.bfcl import (  # noqa: E402
     build_backends,
     function_docs,
     ground_truth_commands,
+    keyword_ground_truth,
     load_tasks,
     public_state,
     render_function_docs,
     split_scenarios,
     split_tasks,
     task_function_docs,
-    unknown_function_text,
 )
-from selskill.envs.calls import Call, Malformed, parse_calls, parse_one_call  # noqa: E402
+from selskill.envs.bfcl_execution import STAND_IN, unknown_function_text  # noqa: E402
+from selskill.envs.calls import Call, decode_step, parse_one_call  # noqa: E402
 from selskill.skills import SkillError, SkillExecutor, load_bfcl_skills, parse_skill  # noqa: E402
 from selskill.skills.executor import CALL_RESULTS  # noqa: E402
 
@@ -105,27 +106,6 @@ def test_a_turn_longer_than_the_step_limit_is_batched_and_wins(env):
     assert env.replay(task.id, commands).won
 
 
-def test_outputs_match_bfcl_own_execution(env):
-    """Our backends and stringification give BFCL's execute_multi_turn_func_call outputs, call by call."""
-    for task_id in ("multi_turn_base_9", "multi_turn_long_context_108", "multi_turn_miss_param_153"):
-        task = env.task(task_id)
-        env.reset(task_id)
-        for turn, calls in enumerate(task.ground_truth):
-            ours = [env.step(c).info[CALL_RESULTS][0]["output"] for c in calls]
-            env.step("")
-            theirs, _ = multi_turn_utils.execute_multi_turn_func_call(
-                list(calls),
-                task.entry["initial_config"],
-                list(task.involved_classes),
-                "selskill_test_reference",
-                task_id,
-                long_context=task.long_context,
-            )
-            assert ours == theirs, (task_id, turn)
-        for key in [k for k in vars(multi_turn_utils) if k.startswith("selskill_test_reference_")]:
-            del vars(multi_turn_utils)[key]
-
-
 def test_the_checker_cache_is_freed_after_each_task(env):
     for task_id in ("multi_turn_base_3", "multi_turn_miss_func_3"):
         assert env.replay(task_id, ground_truth_commands(env.task(task_id))).won
@@ -151,27 +131,42 @@ def test_replay_reproduces_every_observation(env):
     assert again.env_steps == sum(1 for c in commands if c)
 
 
-def test_unknown_and_malformed_calls_change_nothing(env):
+def test_unknown_and_refused_calls_change_nothing(env):
     task = env.task("multi_turn_base_110")  # TradingBot + TicketAPI
     env.reset(task.id)
     env.step(task.ground_truth[0][0])
     before = public_state(env.instances)
-    calls, turn, steps = json.dumps(env.calls), env.turn, env.turn_steps
-    cases = {
-        "no_such_function(x=1)": unknown_function_text("no_such_function"),
-        "cd(folder='documents')": unknown_function_text("cd"),  # a class this task does not involve
-        "get_stock_info(symbol=AAPL)": "malformed call: argument 'AAPL' is not a literal value",
-        "get_stock_info(symbol='AA' + 'PL')": "malformed call: argument",
-        "os.system('ls')": "malformed call: the function name 'os.system' is not a plain name",
-        "get_stock_info(**{'symbol': 'AAPL'})": "malformed call: **arguments are not allowed",
+    calls, turn, steps = json.loads(json.dumps(env.calls)), env.turn, env.turn_steps
+    cases = {  # text -> (BFCL's execution string, output, what the checker gets)
+        "no_such_function(x=1)": ("no_such_function(x=1)", unknown_function_text("no_such_function"), None),
+        # a class this task does not involve
+        "cd(folder='documents')": ("cd(folder='documents')", unknown_function_text("cd"), None),
+        # BFCL's decoder keeps a bare name as a string, and drops positional arguments
+        "get_stock_info(symbol=AAPL)": ("get_stock_info(symbol='AAPL')", '{"price":', None),
+        "get_stock_info('AAPL')": (
+            "get_stock_info()",
+            "Error during execution: TradingBot.get_stock_info() missing",
+            None,
+        ),
+        "os.system(command='ls')": ("os.system(command='ls')", unknown_function_text("os"), None),
+        # names BFCL's eval would find (its module's `json`, a builtin) are never run
+        "json.dumps(obj=1)": ("json.dumps(obj=1)", "Error during execution: not run here", STAND_IN),
+        "get_stock_info(symbol=open(file='x'))": (
+            "get_stock_info(symbol=open(file='x'))",
+            "Error during execution: not run here",
+            STAND_IN,
+        ),
     }
-    for command, text in cases.items():
+    for command, (text, output, checker) in cases.items():
         state = env.step(command)
         (report,) = state.info[CALL_RESULTS]
-        assert report["output"].startswith(text) and report["error"] and state.env_steps == 1, command
+        assert report["call"] == text and report["output"].startswith(output) and state.env_steps == 1, (
+            command
+        )
         assert state.observation == f"{report['call']} -> {report['output']}"
+        calls[0].append([checker or text])
     assert public_state(env.instances) == before
-    assert json.dumps(env.calls) == calls and env.turn == turn
+    assert env.calls == calls and env.turn == turn
     assert env.turn_steps == steps + len(cases)
 
 
@@ -191,11 +186,17 @@ def test_unknown_function_text_is_bfcl_own():
 
 def test_a_step_with_no_call_ends_the_turn(env):
     task = env.task("multi_turn_base_0")
-    for no_call in ("", "[]", "I need more information.", "```\n```"):
+    for no_call, problem in (
+        ("", ""),
+        ("[]", ""),
+        ("```\n```", ""),
+        ("I need more information.", "not a list of Python calls"),
+    ):
         env.reset(task.id)
         state = env.step(no_call)
-        assert env.turn == 1 and state.env_steps == 0 and state.observation == task.turns[1]
+        assert env.turn == 1 and state.env_steps == 0 and state.observation.endswith(task.turns[1])
         assert state.task == task.turns[1] and not state.done
+        assert (problem in state.observation) if problem else state.observation == task.turns[1]
 
 
 def test_a_step_runs_every_call_of_its_list(env):
@@ -204,18 +205,29 @@ def test_a_step_runs_every_call_of_its_list(env):
     outputs = [r["output"] for r in state.info[CALL_RESULTS]]
     assert json.loads(outputs[0]) == {"current_working_directory": "/workspace"}
     assert "document" in json.loads(outputs[1])["current_directory_content"]
-    assert outputs[2] == unknown_function_text("nope") and env.calls[-1] == [["pwd()", "ls(a=True)"]]
+    assert outputs[2] == unknown_function_text("nope") and env.calls[-1] == [
+        ["pwd()", "ls(a=True)", "nope()"]
+    ]
 
 
-def test_more_than_20_steps_in_a_turn_quits_as_failed(env):
+def test_more_than_20_steps_in_a_turn_quits_and_fails_before_the_last_turn(env):
     env.reset("multi_turn_base_0")
     for _ in range(env.max_steps_per_turn):
         assert not env.step("pwd()").done
     state = env.step("pwd()")
-    assert (
-        state.done and not state.won and state.info["verdict"]["error_type"] == "multi_turn:force_terminated"
-    )
+    assert state.done and not state.won and "forced to quit" in state.observation
+    assert state.info["verdict"]["error_type"] == "multi_turn:force_terminated"
     assert env.step("pwd()").env_steps == 0  # nothing runs after the end
+
+
+def test_a_forced_quit_on_the_last_turn_is_judged_by_the_checker(env):
+    task = env.task("multi_turn_base_0")
+    commands = ground_truth_commands(task)[:-1]  # all but the last end of turn
+    env.replay(task.id, commands)
+    assert env.turn == len(task.turns) - 1
+    while not env.state.done:
+        state = env.step("pwd()")
+    assert state.won and env.turn_steps == env.max_steps_per_turn + 1
 
 
 def test_withheld_functions_appear_at_their_turn(env):
@@ -231,7 +243,7 @@ def test_withheld_functions_appear_at_their_turn(env):
     assert "I have updated some more functions you can choose from" in state.observation
     assert "- sort(file_name: str)" in state.observation
     assert state.task == task.turns[2]  # the reveal turn keeps the request it answers
-    assert env.calls == [[], [], [], []]
+    assert env.calls == [[[STAND_IN]], [[STAND_IN]], [[STAND_IN]], []]
 
 
 def test_withheld_rule_strict_by_default_bfcl_rule_on_request():
@@ -259,16 +271,19 @@ def test_split_is_by_scenario_and_reproducible():
 # --- calls and docs ----------------------------------------------------------------------
 
 
-def test_calls_parse_literals_only_and_render_back():
+def test_templates_parse_keyword_literals_only_and_render_back():
     call = parse_one_call("place_order(order_type='Buy', symbol='AAPL', price=-1.5e2, amount=10)")
-    assert call == Call(
-        "place_order", [], {"order_type": "Buy", "symbol": "AAPL", "price": -150.0, "amount": 10}
-    )
+    assert call == Call("place_order", {"order_type": "Buy", "symbol": "AAPL", "price": -150.0, "amount": 10})
     assert parse_one_call(call.render()) == call
-    assert parse_calls("sort('a.txt')")[0] == Call("sort", ["a.txt"], {})
-    items = parse_calls("[ls(), f(x=y)]")
-    assert isinstance(items[0], Call) and isinstance(items[1], Malformed)
-    assert parse_calls("Done.") is None and parse_calls("[ls(), 3]") is None
+    for bad in ("sort('a.txt')", "f(x=y)", "os.system(command='ls')", "f(**{'a': 1})", "[f(), g()]"):
+        with pytest.raises(ValueError):
+            parse_one_call(bad)
+
+
+def test_steps_decode_as_bfcl_decodes_them():
+    assert [c.text for c in decode_step("sort('a.txt')").calls] == ["sort()"]
+    assert [c.text for c in decode_step("[ls(), f(x=y)]").calls] == ["ls()", "f(x='y')"]
+    assert decode_step("Done.").error and decode_step("[ls(), 3]").error and not decode_step("[]").error
 
 
 def test_compact_docs_are_a_fraction_of_bfcl_json_and_lose_no_name():
@@ -361,7 +376,7 @@ def test_executable_skill_runs_precisely_where_it_applies(env, name):
     task_id, skill_turn, before, arguments = SKILL_CASES[name]
     task, executor = env.task(task_id), SkillExecutor(load_bfcl_skills())
     env.reset(task_id)
-    for turn, calls in enumerate(task.ground_truth):
+    for turn, calls in enumerate(keyword_ground_truth(task)):
         if turn == skill_turn:
             for call in calls[:before]:
                 env.step(call)
@@ -402,7 +417,7 @@ def test_executable_skill_waits_for_a_withheld_function(env):
     late = executor.execute(env, "place_stock_order", {"symbol": "ZETA", "amount": 50})
     assert late.precise and late.resolved["price"] == 150.75
     state = env.step("")
-    for calls in task.ground_truth[2:]:
+    for calls in keyword_ground_truth(task)[2:]:
         for call in calls:
             env.step(call)
         state = env.step("")

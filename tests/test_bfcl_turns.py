@@ -365,3 +365,23 @@ def test_bfcl_demonstrations_are_the_transcripts_the_runner_writes_for_their_tur
     assert calls, "the mix called skills"
     steps = sum(STEP_SKILLS_HEADING in m["content"] for d in report.demos for m in d.messages)
     assert (steps > 0) == (mode == "progress")
+
+
+def test_demonstrations_write_keyword_arguments_only(env):
+    """The ground truth of scenario 0 calls `sort('final_report.pdf')`; BFCL would read `sort()`."""
+    import ast
+
+    from selskill.agent.turn_format import ACTION_CLOSE, ACTION_OPEN
+    from selskill.init.bfcl_demos import build_bfcl_demos
+
+    ids = ["train/multi_turn_base_0", "train/multi_turn_miss_func_0"]
+    report = build_bfcl_demos(env, seed=0, task_ids=ids)
+    assert sorted(d.task_id for d in report.demos) == ids, report.dropped
+    for demo in report.demos:
+        actions = [
+            m["content"] for m in demo.messages if m["role"] == "assistant" and ACTION_OPEN in m["content"]
+        ]
+        bodies = [a.split(ACTION_OPEN, 1)[1].rsplit(ACTION_CLOSE, 1)[0] for a in actions]
+        calls = [n for b in bodies for n in ast.walk(ast.parse(b, mode="eval")) if isinstance(n, ast.Call)]
+        assert calls and not [ast.unparse(c) for c in calls if c.args], demo.task_id
+        assert "[sort(file_name='final_report.pdf')]" in bodies, demo.task_id

@@ -51,7 +51,7 @@ from selskill.agent.turn_format import (
     render_skill_call,
 )
 from selskill.envs.bfcl import DOC_STYLES, render_function_docs
-from selskill.envs.calls import parse_calls
+from selskill.envs.calls import decode_step
 from selskill.skills.retrieval import EpisodePrefix, bfcl_steps
 
 if TYPE_CHECKING:
@@ -94,7 +94,7 @@ def _format_section(tool: bool) -> str:
     lines = [
         "Reply with exactly one decision per turn, nothing else:",
         f"{ACTION_OPEN}[func_name1(param1=value1, param2=value2), func_name2(param=value)]{ACTION_CLOSE} - call "
-        "one or more of the available functions, in Python syntax with literal arguments;",
+        "one or more of the available functions, in Python syntax, every argument written as name=literal value;",
         f"{render_end_turn()} - no call: the request is done, or cannot be done; this ends your turn",
     ]
     if tool:
@@ -199,17 +199,20 @@ def after_malformed(fmt: BfclTurnFormat, state: EnvState) -> dict:
 
 
 def action_command(action: str) -> str:
-    """The env command of an action: the call list, or "" for one with no call (it ends the turn)."""
-    return action if parse_calls(action) is not None else END_TURN_COMMAND
+    """The env command of an action: the call list, or "" for one with no call BFCL decodes (it ends the turn)."""
+    return action if decode_step(action).calls else END_TURN_COMMAND
 
 
 _CALL_START = re.compile(r"^\[|^[A-Za-z_][\w.]*\s*\(")
 
 
 def broken_call_list(action: str) -> bool:
-    """An action that starts like a call list (`[...` or `name(`) but is none: not a clean end of turn."""
-    body = action.strip("`\n ")
-    return body != END_TURN and parse_calls(action) is None and bool(_CALL_START.match(body))
+    """An action that is no call list but starts like one (`[...` or `name(`), or that a bound refused:
+    not a clean end of turn."""
+    decoded = decode_step(action)
+    if decoded.calls or not decoded.error:
+        return False
+    return decoded.refused or bool(_CALL_START.match(action.strip("`\n ")))
 
 
 # --- what retrieval sees (the host and the BFCL demonstrations) -------------------------------

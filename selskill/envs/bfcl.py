@@ -7,36 +7,36 @@ and its checker (`multi_turn_checker`). Nothing imports `bfcl_eval.utils` or
 
 Design choices, and why:
 
-- **A step is one model response**, a list of Python-syntax calls, as in BFCL's inference
-  loop; `step("")` (or any text with no call, which is how BFCL treats a response it cannot
-  decode) ends the user turn and shows the next one. BFCL's limit of 20 call steps per turn
-  applies: the 21st quits the task as failed, as BFCL's `force_quit` does. A step that ends
-  the turn is not a function-call step and costs no env step (the paper's reference counted
-  that canned message as a step).
-- **Backends are ours**, built from `initial_config` the way BFCL builds them, and called
-  directly with the literal arguments `ast` parsed (selskill/envs/calls.py): no model text
-  is ever `eval`ed. Results are stringified exactly as BFCL does, so the agent sees what
-  BFCL's own loop would show.
+- **A step is one model response**, decoded exactly as BFCL's prompting pipeline decodes it
+  (selskill/envs/calls.py: keyword arguments only, BFCL's value rules, arithmetic evaluated
+  without `eval`). A step that decodes to no call (`""`, `[]`, text BFCL cannot decode) ends
+  the user turn and shows the next one, with the reason when there was text; it costs no
+  env step (the paper's reference counted that canned message as a step). BFCL's limit of
+  20 call steps per turn applies as its loop applies it: the 21st step runs, then the task
+  stops; on the last turn the checker still judges it, on an earlier one turns are missing
+  and it fails (`multi_turn:force_terminated`).
+- **Every decoded call is executed and judged**, as in BFCL: unknown names and calls that
+  raise included, each answered with BFCL's own text. Execution is BFCL's
+  (selskill/envs/bfcl_execution.py): its method-name rewrite, its refused names, then a walk
+  of the expression on our backends instead of its `eval`, so outputs are BFCL's byte for
+  byte and no model text ever runs anything but a backend method.
 - **What is callable is what BFCL shows**: the docs of the involved classes, minus the
-  miss_func functions withheld until their turn. A call to anything else, withheld
-  functions included, gets BFCL's own text for an unknown name and runs nothing (BFCL's
-  backends would run a withheld function, but a model that guessed its name would then be
-  judged on a call it was never offered). `withheld_callable=True` restores BFCL's rule;
-  one ground truth needs it (multi_turn_miss_func_49 calls `tail` at turn 1, two turns
-  before it is revealed).
+  miss_func functions withheld until their turn. A call to a withheld function gets BFCL's
+  own text for an unknown name and runs nothing (BFCL's backends would run it, but a model
+  that guessed its name would then be judged on a call it was never offered).
+  `withheld_callable=True` restores BFCL's rule; one ground truth needs it
+  (multi_turn_miss_func_49 calls `tail` at turn 1, two turns before it is revealed).
 - **`admissible_commands` are the names of the functions callable now**, not complete
   commands: a call's arguments are open-ended literals, so no finite list of commands
   exists; the names are what changes between turns (miss_func) and what a skill's
   preconditions check ("place_order is available"). Admissible-action decoding, which
   forces the output to be one listed command, therefore does not apply to BFCL.
-- **Success is BFCL's checker** run once at the end on the calls that reached a backend
-  (refused and malformed ones never ran, so the checker must not run them either), rendered
-  back from the parsed literals. The checker caches its backend instances in its module's
-  globals under a model name and the task id; every env has its own model name and frees
-  exactly its entries after each check, so a long run does not grow and two envs in one
-  process never share state. (BFCL prepends instance names with a regex that also rewrites
-  `name(` inside string arguments; ground truth goes through the same rewrite, so this
-  only matters for strings that contain a method name followed by a parenthesis.)
+- **Success is BFCL's checker** run once at the end on every decoded step, as BFCL's
+  `eval_runner` feeds it: each call's own execution string, or a stand-in that runs nothing
+  where the call was refused (a withheld function, or an expression the walk does not run).
+  The checker caches its backend instances in its module's globals under a model name and
+  the task id; every env has its own model name and frees exactly its entries after each
+  check, so a long run does not grow and two envs in one process never share state.
 - **The split is by scenario index**: the four categories are index-aligned variants of
   the same 200 scenarios (same classes, near-identical configs), so splitting task ids would
   put one scenario's variants in both train and test.
@@ -68,7 +68,8 @@ from selskill.config.names import BFCL_CATEGORIES as CATEGORIES
 from selskill.config.names import DOC_STYLES
 from selskill.config.run import split_scenarios
 from selskill.envs.base import EnvError, EnvState, replay_commands
-from selskill.envs.calls import Call, Malformed, parse_calls
+from selskill.envs.bfcl_execution import CallExecutor
+from selskill.envs.calls import decode_step
 
 BFCL_VERSION = "2026.3.23"
 # the eight executable backends of the multi-turn categories; the memory and web-search
@@ -83,7 +84,6 @@ BACKEND_CLASSES: tuple[str, ...] = (
     "TravelAPI",
     "VehicleControlAPI",
 )
-ERROR_PREFIX = "Error during execution: "  # BFCL's text for a call that raised
 END_OF_TASK = "All user requests of this task have been handled."
 
 
@@ -101,45 +101,6 @@ def _bfcl():
 def max_steps_per_turn() -> int:
     """BFCL's MAXIMUM_STEP_LIMIT (20): call steps allowed in one user turn."""
     return _bfcl()[0].MAXIMUM_STEP_LIMIT
-
-
-def unknown_function_text(name: str) -> str:
-    """What BFCL answers a call to a name no backend defines (its `eval` raises NameError)."""
-    return f"{ERROR_PREFIX}name {name!r} is not defined"
-
-
-def is_error_output(output: str) -> bool:
-    """Whether a call's output reports a failure.
-
-    BFCL's backends signal one with an `error` field (in a dict, or in the one dict of a
-    list, which BFCL stringifies with `str`); a call that raised gets ERROR_PREFIX.
-    """
-    if output.startswith(ERROR_PREFIX):
-        return True
-    if not output.startswith(("{", "[{")):
-        return False
-    try:
-        value = json.loads(output)
-    except ValueError:
-        try:
-            value = ast.literal_eval(output)
-        except (ValueError, SyntaxError, MemoryError, RecursionError):
-            return False
-    if isinstance(value, list) and len(value) == 1:
-        value = value[0]
-    return isinstance(value, dict) and "error" in value
-
-
-def format_output(result: object) -> str:
-    """A backend's return value as BFCL's `execute_multi_turn_func_call` turns it into text."""
-    if type(result) is str:
-        return result
-    if type(result) is dict:
-        try:
-            return json.dumps(result)
-        except (TypeError, ValueError):
-            return str(result)
-    return str(result)
 
 
 # --- tasks ---------------------------------------------------------------------------
@@ -245,18 +206,63 @@ def load_tasks(
     ]
 
 
+@cache
+def _method_parameters(class_name: str) -> dict[str, tuple[str, ...]]:
+    """Each public method's parameter names, in signature order (what a positional argument binds to)."""
+    module = importlib.import_module(_bfcl()[1].CLASS_FILE_PATH_MAPPING[class_name])
+    cls = getattr(module, class_name)
+    return {
+        name: tuple(p for p in inspect.signature(method).parameters if p != "self")
+        for name, method in inspect.getmembers(cls, predicate=inspect.isfunction)
+        if not name.startswith("_")
+    }
+
+
+def is_positional(call: str) -> bool:
+    """Whether a ground-truth call passes an argument by position (BFCL's decoder drops it)."""
+    node = ast.parse(call, mode="eval").body
+    return isinstance(node, ast.Call) and bool(node.args)
+
+
+def keyword_call(call: str, involved_classes: Sequence[str]) -> str:
+    """A ground-truth call with every positional argument named.
+
+    A positional argument is bound as Python binds it when BFCL's checker `eval`s the ground
+    truth: to the backend method's parameters in signature order (the docs' order differs for
+    one method), on the last involved class that has the method, as BFCL maps names."""
+    node = ast.parse(call, mode="eval").body
+    if not node.args:
+        return call
+    params = {}
+    for class_name in involved_classes:
+        params.update(_method_parameters(class_name))
+    names = params[node.func.id]
+    parts = [f"{name}={ast.unparse(arg)}" for name, arg in zip(names, node.args, strict=False)]
+    parts += [f"{kw.arg}={ast.unparse(kw.value)}" for kw in node.keywords]
+    return f"{node.func.id}({', '.join(parts)})"
+
+
+def keyword_ground_truth(task: BfclTask) -> tuple[tuple[str, ...], ...]:
+    """The ground truth in the form BFCL's decoder reads: keyword arguments only (`keyword_call`)."""
+    return tuple(tuple(keyword_call(c, task.involved_classes) for c in turn) for turn in task.ground_truth)
+
+
 def ground_truth_commands(
-    task: BfclTask, max_steps: int | None = None, drop_last_call: bool = False
+    task: BfclTask, max_steps: int | None = None, drop_last_call: bool = False, verbatim: bool = False
 ) -> list[str]:
     """The ground truth as env commands: one call per step, "" to end each turn.
 
+    The calls are written with keyword arguments (`keyword_ground_truth`), as a model must
+    write them; `verbatim` keeps the data's own text, whose positional arguments BFCL's
+    decoder drops (those tasks then fail, as they would in BFCL's pipeline).
     A turn of more than `max_steps` calls (BFCL's 20 by default; two long_context tasks
     have 34) is packed into at most that many steps, a call list per step, as a model would
     batch them.
     `drop_last_call` leaves out the task's last call (a near miss the checker must fail).
     """
     limit = max_steps or max_steps_per_turn()
-    turns = [list(calls) for calls in task.ground_truth]
+    truth = task.ground_truth if verbatim else keyword_ground_truth(task)
+    turns = [list(calls) for calls in truth]
     if drop_last_call:
         last = max((i for i, calls in enumerate(turns) if calls), default=None)
         if last is not None:
@@ -525,9 +531,10 @@ class BfclEnv:
         self._task = task
         self.turn = 0
         self.turn_steps = 0
-        self.calls: list[list[list[str]]] = [[]]  # what reached a backend: turn -> step -> calls
+        # what BFCL's checker is given: turn -> step -> one execution string per decoded call
+        self.calls: list[list[list[str]]] = [[]]
         self.functions = task_function_docs(task, 0)
-        self._methods = self._bind_methods()
+        self._executor = CallExecutor(task.id, self.instances)
         self.verdict: dict | None = None
         self._request = task.turns[0]
         self._state = self._make_state(task.turns[0], env_steps=0)
@@ -539,23 +546,24 @@ class BfclEnv:
         if self._state.done:
             self._state = self._make_state("The task is over.", env_steps=0, done=True, won=self._state.won)
             return self._state
-        items = parse_calls(command)
-        if items is None:
-            return self._end_turn()
-        results = [self._execute(item) for item in items]
-        executed = [r["call"] for r in results if r["executed"]]
-        if executed:
-            self.calls[-1].append(executed)
+        decoded = decode_step(command)
+        if not decoded.calls:
+            return self._end_turn(decoded.error)
+        runs = [self._executor.run(call.text, self._callable_now) for call in decoded.calls]
+        self.calls[-1].append([run.checker_call for run in runs])
         self.turn_steps += 1
+        results = [
+            {"call": call.text, "output": run.output, "error": run.error}
+            for call, run in zip(decoded.calls, runs, strict=True)
+        ]
         observation = "\n".join(f"{r['call']} -> {r['output']}" for r in results)
         if self.turn_steps > self.max_steps_per_turn:
-            self.verdict = {
-                "valid": False,
-                "error_type": "multi_turn:force_terminated",
-                "error_message": f"more than {self.max_steps_per_turn} steps in turn {self.turn}",
-            }
+            # BFCL's loop stops the task here, keeping this turn: on the last turn the checker
+            # still judges everything played; before it, turns are missing (force_terminated)
+            self.verdict = check_calls(self._task, self.calls, self.model_name)
             observation += f"\nModel has been forced to quit after {self.max_steps_per_turn} steps."
-            return self._set(self._make_state(observation, env_steps=1, done=True, results=results))
+            won = bool(self.verdict.get("valid"))
+            return self._set(self._make_state(observation, env_steps=1, done=True, won=won, results=results))
         return self._set(self._make_state(observation, env_steps=1, results=results))
 
     def replay(self, task_id: str, commands: Sequence[str]) -> EnvState:
@@ -571,42 +579,18 @@ class BfclEnv:
         """Names of the functions callable now, in BFCL's doc order."""
         return [d["name"] for d in self.functions]
 
-    def _bind_methods(self) -> dict:
-        # BFCL maps each public method name to the last involved class that has it
-        methods = {}
-        for instance in self.instances.values():
-            for name, method in inspect.getmembers(instance, predicate=inspect.ismethod):
-                if not name.startswith("_"):
-                    methods[name] = method
-        return methods
+    def _callable_now(self, method: str) -> bool:
+        return self.withheld_callable or method in self.available
 
-    def _execute(self, item: Call | Malformed) -> dict:
-        if isinstance(item, Malformed):
-            reason = f"malformed call: {item.reason}. Write calls as name(param=literal, ...)."
-            return {"call": item.source, "output": reason, "error": True, "executed": False}
-        text = item.render()
-        method = self._methods.get(item.name)
-        if method is None or not (self.withheld_callable or item.name in self.available):
-            return {
-                "call": text,
-                "output": unknown_function_text(item.name),
-                "error": True,
-                "executed": False,
-            }
-        try:
-            output = format_output(method(*item.args, **item.kwargs))
-        except Exception as exc:  # BFCL catches every exception of a call the same way
-            output = f"{ERROR_PREFIX}{exc}"
-        return {"call": text, "output": output, "error": is_error_output(output), "executed": True}
-
-    def _end_turn(self) -> EnvState:
+    def _end_turn(self, problem: str = "") -> EnvState:
         task = self._task
         self.turn += 1
         self.turn_steps = 0
+        note = f"(No call was run: {problem}. The user turn has ended.)\n" if problem else ""
         if self.turn >= len(task.turns):
             self.verdict = check_calls(task, self.calls, self.model_name)
             won = bool(self.verdict.get("valid"))
-            return self._set(self._make_state(END_OF_TASK, env_steps=0, done=True, won=won))
+            return self._set(self._make_state(note + END_OF_TASK, env_steps=0, done=True, won=won))
         self.calls.append([])
         if self.turn in task.withheld:
             self.functions = task_function_docs(task, self.turn)
@@ -620,7 +604,7 @@ class BfclEnv:
             observation = task.turns[self.turn]
         if task.turns[self.turn]:
             self._request = task.turns[self.turn]
-        return self._set(self._make_state(observation, env_steps=0))
+        return self._set(self._make_state(note + observation, env_steps=0))
 
     def _set(self, state: EnvState) -> EnvState:
         self._state = state

@@ -1,99 +1,295 @@
-"""Python-syntax function calls (`f(a=1, b='x')`), parsed with `ast` and never evaluated.
+"""Python-syntax function calls: a model step decoded exactly as BFCL decodes it, and call templates.
 
-BFCL's multi-turn tasks are answered in this syntax, and the skill executor fills call
-templates in it; both parse through here so that the env and a skill agree on what a call
-is. Arguments must be Python literals (`ast.literal_eval`): a call is data, and a model's
-text must never reach `eval`. A parsed call renders back (`Call.render`) to a canonical
-string of literals, which is what a checker that does evaluate strings is given.
+BFCL's multi-turn prompting pipeline turns a model's text into calls with
+`default_decode_execute_prompting` (bfcl_eval/model_handler/utils.py): the text is stripped
+of backticks and blanks, wrapped in `[...]` when it is not already, parsed with `ast`, and
+every element of the list must be a call. Each call becomes an *execution string*, the text
+BFCL later `eval`s: the function name (dotted as written), then its **keyword** arguments
+only, each value rewritten by BFCL's own rules. `decode_step` reproduces that decoder
+decision for decision, so a step here holds exactly the calls BFCL's would:
 
-What counts as "no call" follows BFCL's own decoder (bfcl_eval.model_handler.utils,
-`default_decode_execute_prompting`): the text is stripped of backticks and blanks, wrapped
-in `[...]` when it is not already, and must then parse as a list of calls; anything that
-does not (plain prose, a syntax error, a list holding something other than calls) is a
-step with no call. Within a list, a call whose name is not a plain identifier or whose
-arguments are not literals is malformed on its own, so that its neighbours still run.
+- positional arguments are dropped (`touch('a')` decodes to `touch()`, which then fails);
+- a name stays a string (`x=a` gives `x='a'`), a call without keywords becomes its source
+  text (`x=g(1)` gives `x='g(1)'`), one with keywords a nested call that will run, and a
+  dict whose values are all dicts is written as a call (`{'g': {'y': 1}}` gives `g(y=1)`;
+  an empty dict makes the whole step undecodable);
+- `-` in front of any constant negates it whatever the operator was (`+5` gives `-5`);
+- a lambda, a set, an f-string, `**kwargs` in a value or any other expression BFCL has no
+  rule for makes the step undecodable, as does anything that is not a list of calls.
+
+The one place BFCL's decoder runs model text is arithmetic (`x=1+2`: it `eval`s the
+expression in its own module). Here the same result comes from a small evaluator over
+literals that never calls `eval`: numbers, strings, containers and the operators on them,
+with a bound on the size of every result. An undefined name in the expression (`x=a+b`)
+fails the decode as BFCL's `NameError` does; anything else (a builtin, a call, an
+attribute, repeating a sequence, `%` formatting, an int past the digit bound) is refused:
+the step is then treated as undecodable, where BFCL would have evaluated it.
+
+Model text is bounded before any parsing: characters, nesting depth, calls per step and int
+digits (Python's own limit for int <-> str). A step over a bound is refused with a reason,
+in time and memory proportional to the bound, not to the text.
+
+`parse_one_call` is stricter and is for call templates (skills) and ground truth rewritten
+by us: one call, a plain name, keyword arguments that are Python literals.
 """
 
 from __future__ import annotations
 
 import ast
+import builtins
+import math
+import operator
 from dataclasses import dataclass, field
 
+MAX_STEP_CHARS = 32_768  # several times the longest ground-truth step (docs/benchmarks.md, "BFCL")
+MAX_CALLS_PER_STEP = 256  # several times the most calls a ground-truth turn sends
+MAX_NESTING = 32  # depth of the parsed expression, several times what ground truth reaches
+MAX_INT_DIGITS = 4_300  # Python's default int <-> str limit (sys.get_int_max_str_digits)
+_MAX_INT_BITS = math.ceil(MAX_INT_DIGITS * math.log2(10)) + 1
 
-@dataclass
-class Call:
-    """One call with literal arguments, in the order they were written."""
 
-    name: str
-    args: list = field(default_factory=list)
-    kwargs: dict = field(default_factory=dict)
-
-    def render(self) -> str:
-        """`name(arg, key=value)` with every value written by `repr` (a Python literal)."""
-        parts = [repr(a) for a in self.args] + [f"{k}={v!r}" for k, v in self.kwargs.items()]
-        return f"{self.name}({', '.join(parts)})"
+class Refused(ValueError):
+    """Text this decoder will not process: over a bound, or arithmetic it does not evaluate."""
 
 
 @dataclass(frozen=True)
-class Malformed:
-    """A call the parser refused; `source` is its text, `reason` says why."""
+class DecodedCall:
+    """One call as BFCL's decoder yields it: its name (dotted as written; "" when the callee is
+    not a name) and its execution string (`name(k=v, ...)`, the text BFCL executes)."""
 
-    source: str
-    reason: str
-
-
-def _literal(node: ast.AST) -> object:
-    try:
-        return ast.literal_eval(node)
-    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-        raise ValueError(f"argument {ast.unparse(node)!r} is not a literal value") from None
+    name: str
+    text: str
 
 
-def parse_call_node(node: ast.Call) -> Call | Malformed:
-    """A `Call` from an `ast.Call`, or `Malformed` naming the first problem."""
-    source = ast.unparse(node)
-    if not isinstance(node.func, ast.Name):
-        return Malformed(source, f"the function name {ast.unparse(node.func)!r} is not a plain name")
-    try:
-        args = []
-        for arg in node.args:
-            if isinstance(arg, ast.Starred):
-                raise ValueError("*arguments are not allowed")
-            args.append(_literal(arg))
-        kwargs = {}
-        for kw in node.keywords:
-            if kw.arg is None:
-                raise ValueError("**arguments are not allowed")
-            kwargs[kw.arg] = _literal(kw.value)
-    except ValueError as exc:
-        return Malformed(source, str(exc))
-    return Call(node.func.id, args, kwargs)
+@dataclass(frozen=True)
+class Decoded:
+    """A decoded step. No `calls` ends the user turn: a clean empty step (`[]`, no `error`) or
+    text BFCL cannot decode (`error` says why; `refused` when a bound of ours said no)."""
+
+    calls: tuple[DecodedCall, ...] = ()
+    error: str = ""
+    refused: bool = False
 
 
-def parse_calls(text: str) -> list[Call | Malformed] | None:
-    """The calls of one model step, or None when the step holds no call (see the module doc)."""
+def decode_step(text: str) -> Decoded:
+    """The calls of one model step, as BFCL's `default_decode_execute_prompting` decodes them."""
+    if len(text) > MAX_STEP_CHARS:
+        return Decoded(
+            error=f"the reply has {len(text):,} characters, over the bound of {MAX_STEP_CHARS:,}",
+            refused=True,
+        )
     body = text.strip("`\n ")
-    if not body:
-        return None
     if not body.startswith("["):
         body = "[" + body
     if not body.endswith("]"):
         body = body + "]"
+    body = body.strip().strip("'")
     try:
         tree = ast.parse(body, mode="eval").body
-    except (SyntaxError, ValueError, MemoryError, RecursionError):
-        return None
-    nodes = [tree] if isinstance(tree, ast.Call) else getattr(tree, "elts", None)
-    if not nodes or not all(isinstance(n, ast.Call) for n in nodes):
-        return None
-    return [parse_call_node(n) for n in nodes]
+    except Exception as exc:  # noqa: BLE001 - BFCL treats every parser failure as "no call"
+        if isinstance(exc, (MemoryError, RecursionError)):
+            return Decoded(error=f"the reply is nested deeper than the bound of {MAX_NESTING}", refused=True)
+        return Decoded(error=f"not a list of Python calls ({type(exc).__name__}: {exc})")
+    try:
+        _check_bounds(tree)
+        nodes = [tree] if isinstance(tree, ast.Call) else tree.elts
+        if not all(isinstance(n, ast.Call) for n in nodes):
+            return Decoded(error="the reply is not a list of function calls")
+        if len(nodes) > MAX_CALLS_PER_STEP:
+            raise Refused(f"the reply has {len(nodes)} calls, over the bound of {MAX_CALLS_PER_STEP}")
+        calls = []
+        for node in nodes:
+            ((name, args),) = _resolve_call(node).items()
+            calls.append(DecodedCall(name, f"{name}({_render_args(args)})"))
+    except Refused as exc:
+        return Decoded(error=str(exc), refused=True)
+    except Exception as exc:  # noqa: BLE001 - any failure of BFCL's decoder means "no call"
+        return Decoded(error=f"the calls cannot be decoded ({type(exc).__name__}: {exc})")
+    return Decoded(tuple(calls))
+
+
+def _check_bounds(tree: ast.AST) -> None:
+    """Nesting depth and int size of a parsed step, walked without recursion."""
+    stack = [(tree, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_NESTING:
+            raise Refused(f"the reply is nested deeper than the bound of {MAX_NESTING}")
+        if (
+            isinstance(node, ast.Constant)
+            and type(node.value) is int
+            and node.value.bit_length() > _MAX_INT_BITS
+        ):
+            raise Refused(f"an int has more than {MAX_INT_DIGITS} digits")
+        stack.extend((child, depth + 1) for child in ast.iter_child_nodes(node))
+
+
+# --- BFCL's decoder, rule for rule (resolve_ast_call, resolve_ast_by_type, parse_nested_value) ---
+
+
+def _resolve_call(node: ast.Call) -> dict:
+    """{name: {keyword: value}}: the callee's dotted name, keyword arguments only."""
+    parts = []
+    func = node.func
+    while isinstance(func, ast.Attribute):
+        parts.append(func.attr)
+        func = func.value
+    if isinstance(func, ast.Name):
+        parts.append(func.id)
+    return {".".join(reversed(parts)): {kw.arg: _resolve_value(kw.value) for kw in node.keywords}}
+
+
+def _resolve_value(node: ast.AST) -> object:
+    if isinstance(node, ast.Constant):
+        return "..." if node.value is Ellipsis else node.value
+    if isinstance(node, ast.UnaryOp):
+        # BFCL negates the operand's `.value` whatever the operator: `+5` and `~5` give -5, and
+        # an operand without a constant `.value` (a name, a nested operator) fails
+        if not isinstance(node.operand, ast.Constant):
+            raise TypeError(f"bad operand type for unary -: {type(node.operand).__name__!r}")
+        return -node.operand.value
+    if isinstance(node, ast.List):
+        return [_resolve_value(v) for v in node.elts]
+    if isinstance(node, ast.Dict):
+        return {_resolve_value(k): _resolve_value(v) for k, v in zip(node.keys, node.values, strict=True)}
+    if isinstance(node, ast.BinOp):
+        return _evaluate(node)  # BFCL: eval(ast.unparse(node))
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Call):
+        return ast.unparse(node) if not node.keywords else _resolve_call(node)
+    if isinstance(node, ast.Tuple):
+        return tuple(_resolve_value(v) for v in node.elts)
+    if isinstance(node, ast.Lambda):
+        # BFCL reads `node.body[0]`, which a lambda's body (one expression) does not support
+        raise TypeError(f"{type(node.body).__name__!r} object is not subscriptable")
+    if isinstance(node, ast.Subscript):
+        return ast.unparse(node.value) + "[" + ast.unparse(node.slice) + "]"
+    # `None` is what a dict display's `**mapping` key is
+    raise ValueError(f"Unsupported AST type: {type(node)}")
+
+
+def _render(value: object) -> str:
+    """BFCL's `parse_nested_value`: a value as text inside the execution string."""
+    if isinstance(value, dict):
+        if all(isinstance(v, dict) for v in value.values()):
+            name = list(value.keys())[0]  # IndexError for {}: BFCL's decoder fails there too
+            return f"{name}({_render_args(value[name])})"
+        return "{" + ", ".join(f"'{k}': {_render(v)}" for k, v in value.items()) + "}"
+    return repr(value)
+
+
+def _render_args(args: dict) -> str:
+    return ", ".join(f"{k}={_render(v)}" for k, v in args.items())
+
+
+# --- the arithmetic BFCL evaluates, without eval ------------------------------------------------
+
+_UNARY = {ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Not: operator.not_, ast.Invert: operator.invert}
+_BINARY = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+    ast.Pow: operator.pow,
+    ast.LShift: operator.lshift,
+    ast.RShift: operator.rshift,
+    ast.BitOr: operator.or_,
+    ast.BitXor: operator.xor,
+    ast.BitAnd: operator.and_,
+    ast.MatMult: operator.matmul,
+}
+_SEQUENCES = (str, bytes, list, tuple)
+
+
+def _evaluate(node: ast.AST) -> object:
+    """What `eval` gives for an expression over literals, left to right as Python evaluates it."""
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.UnaryOp):
+        return _UNARY[type(node.op)](_evaluate(node.operand))
+    if isinstance(node, ast.BinOp):
+        left, right = _evaluate(node.left), _evaluate(node.right)
+        _check_operation(type(node.op), left, right)
+        return _BINARY[type(node.op)](left, right)
+    if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
+        if any(isinstance(e, ast.Starred) for e in node.elts):
+            raise Refused("arithmetic with *unpacking is not evaluated")
+        items = [_evaluate(e) for e in node.elts]
+        return {ast.List: list, ast.Tuple: tuple, ast.Set: set}[type(node)](items)
+    if isinstance(node, ast.Dict):
+        if any(k is None for k in node.keys):
+            raise Refused("arithmetic with **unpacking is not evaluated")
+        out = {}
+        for k, v in zip(node.keys, node.values, strict=True):
+            key = _evaluate(k)
+            out[key] = _evaluate(v)
+        return out
+    first = node
+    while isinstance(first, (ast.Call, ast.Attribute, ast.Subscript)):
+        first = first.func if isinstance(first, ast.Call) else first.value  # what Python evaluates first
+    if isinstance(first, ast.Name) and not hasattr(builtins, first.id):
+        raise NameError(f"name {first.id!r} is not defined")
+    raise Refused(f"arithmetic over {ast.unparse(node)[:80]!r} is not evaluated (only literals are)")
+
+
+def _check_operation(op: type, left: object, right: object) -> None:
+    """Refuse an operation whose result could be unbounded: repetition, `%` formatting, huge ints."""
+    if op is ast.Mult and (isinstance(left, _SEQUENCES) or isinstance(right, _SEQUENCES)):
+        raise Refused("repeating a sequence in an argument is not evaluated")
+    if op is ast.Mod and isinstance(left, (str, bytes)):
+        raise Refused("%-formatting in an argument is not evaluated")
+    if not (isinstance(left, int) and isinstance(right, int)):
+        return
+    bits = {
+        ast.Pow: lambda: left.bit_length() * right if abs(left) > 1 and right > 0 else 0,
+        ast.Mult: lambda: left.bit_length() + right.bit_length(),
+        ast.LShift: lambda: left.bit_length() + right if left and right > 0 else 0,
+    }.get(op)
+    if bits is not None and bits() > _MAX_INT_BITS:
+        raise Refused(f"an int in an argument would have more than {MAX_INT_DIGITS} digits")
+
+
+# --- call templates ------------------------------------------------------------------------------
+
+
+@dataclass
+class Call:
+    """One call with literal keyword arguments, in the order they were written."""
+
+    name: str
+    kwargs: dict = field(default_factory=dict)
+
+    def render(self) -> str:
+        """`name(key=value, ...)` with every value written by `repr` (a Python literal)."""
+        return f"{self.name}({', '.join(f'{k}={v!r}' for k, v in self.kwargs.items())})"
 
 
 def parse_one_call(text: str) -> Call:
-    """Exactly one well-formed call; raises ValueError otherwise (for templates and tests)."""
-    items = parse_calls(text)
-    if not items or len(items) != 1:
+    """Exactly one call with a plain name and literal keyword arguments; raises ValueError otherwise.
+
+    Positional arguments are refused: BFCL's decoder drops them, so a template or a
+    demonstration that wrote one would teach a call BFCL cannot read."""
+    if len(text) > MAX_STEP_CHARS:
+        raise ValueError(f"a call of {len(text):,} characters is over the bound of {MAX_STEP_CHARS:,}")
+    try:
+        node = ast.parse(text.strip(), mode="eval").body
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        raise ValueError(f"{text!r} is not one function call") from None
+    if not isinstance(node, ast.Call):
         raise ValueError(f"{text!r} is not one function call")
-    if isinstance(items[0], Malformed):
-        raise ValueError(f"{text!r}: {items[0].reason}")
-    return items[0]
+    if not isinstance(node.func, ast.Name):
+        raise ValueError(f"{text!r}: the function name {ast.unparse(node.func)!r} is not a plain name")
+    if node.args:
+        raise ValueError(f"{text!r}: write every argument as name=value (BFCL drops positional arguments)")
+    kwargs = {}
+    for kw in node.keywords:
+        if kw.arg is None:
+            raise ValueError(f"{text!r}: **arguments are not allowed")
+        try:
+            kwargs[kw.arg] = ast.literal_eval(kw.value)
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            raise ValueError(f"{text!r}: argument {ast.unparse(kw.value)!r} is not a literal value") from None
+    return Call(node.func.id, kwargs)

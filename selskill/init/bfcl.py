@@ -41,7 +41,7 @@ from selskill.policy.bootstrap import TinyArch, build_model, train_tokenizer
 from selskill.skills import SkillLibrary, load_bfcl_skills
 from selskill.skills.retrieval import SkillRetriever
 
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2
 
 
 def build_bfcl_init_policy(

@@ -46,7 +46,7 @@ from selskill.agent.bfcl import (
 )
 from selskill.agent.listings import DecisionListings
 from selskill.agent.turn_format import render_skill_call
-from selskill.envs.bfcl import BfclEnv, BfclTask, function_docs
+from selskill.envs.bfcl import BfclEnv, BfclTask, function_docs, keyword_ground_truth
 from selskill.envs.calls import Call, parse_one_call
 from selskill.init.demos import Demo, DemoReport
 from selskill.skills import CallStep, Skill, SkillExecutor, SkillLibrary, load_bfcl_skills, render_listing
@@ -112,7 +112,7 @@ def match_skill(skill: Skill, calls: Sequence[Call]) -> dict | None:
     values: dict[str, object] = {}
     for step, call in zip(steps, calls, strict=True):
         name, shape = template_shape(step.call)
-        if call.name != name or call.args or set(call.kwargs) - set(shape):
+        if call.name != name or set(call.kwargs) - set(shape):
             return None
         for arg, (kind, x) in shape.items():
             if kind == "value":
@@ -239,7 +239,7 @@ def play_task(
     references = [REFERENCE_SKILL[c] for c in task.involved_classes if REFERENCE_SKILL.get(c) in library]
     if rng.random() < mix.opening_memory:
         ep.call(rng.choice([STRATEGY_SKILL, *references]), None, "opening")
-    for turn, calls in enumerate(task.ground_truth):
+    for turn, calls in enumerate(keyword_ground_truth(task)):
         r_wrong, r_ref, r_missing = rng.random(), rng.random(), rng.random()
         plan = plan_turn(calls, library, rng, mix.useful if substitute else 0.0)
         if r_wrong < mix.wrong_executable:

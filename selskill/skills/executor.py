@@ -115,7 +115,7 @@ def call_template_problem(template: str, fields: list[str]) -> str | None:
         call = parse_one_call(template.format(**{f: repr(v) for f, v in sentinels.items()}))
     except (ValueError, IndexError, KeyError) as exc:
         return f"not one function call with literal arguments: {exc}"
-    values = list(call.args) + list(call.kwargs.values())
+    values = list(call.kwargs.values())
     for name, sentinel in sentinels.items():
         if sentinel not in values:
             return f"placeholder {{{name}}} must be a whole argument value, as in f(x={{{name}}})"

@@ -49,7 +49,7 @@ from selskill.stages.context import (
     task_texts,
 )
 
-CODE_VERSION = 5  # bump when a change alters the rows this stage writes (completed ranks are then refused)
+CODE_VERSION = 6  # bump when a change alters the rows this stage writes (completed ranks are then refused)
 
 
 def eval_policy_path(run: RunConfig) -> str:

@@ -23,7 +23,7 @@ from selskill.stages.common import (
 )
 from selskill.stages.context import game_index, games_identity, load_policy, make_runner, sampling_policy_path
 
-CODE_VERSION = 5  # bump when a change alters the rows this stage writes (completed ranks are then refused)
+CODE_VERSION = 6  # bump when a change alters the rows this stage writes (completed ranks are then refused)
 
 
 def task_list(
