@@ -24,14 +24,14 @@ def run_round(recipe: Recipe, executor: Executor | None = None) -> dict | None:
     run = recipe.run
     if run.round < 1:
         resolve_round_policy(run, recipe.policy)  # says what round 0 is and which command builds it
-    executor = executor or make_executor(recipe)
-    executor.run(recipe, round_stages())
-    if recipe.train.dry_run:  # and what training would do: the policy, batch, steps, LoRA (nothing loaded)
+    # a dry run: what training would do (the policy, batch, steps, LoRA; nothing loaded), then the stages
+    if recipe.train.dry_run:
         from selskill.train.run import dry_run
 
         print("the train stage's dry run:")
         dry_run(run, recipe.policy, recipe.train)
-        return None
+    executor = executor or make_executor(recipe)
+    executor.run(recipe, round_stages())
     if not executor.waits:
         return None
     summary = round_summary(run)
