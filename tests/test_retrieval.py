@@ -30,27 +30,26 @@ from selskill.skills.pseudo_skills import (
     parse_pseudo_skill,
     pseudo_skill_prompt,
 )
-from selskill.skills.retrieval import (
+from selskill.skills.retrieval import RetrievalConfig, SkillRetriever, round_robin, select_within_budget
+from selskill.skills.scorers import (
     BM25Scorer,
-    EpisodePrefix,
     FusedScorer,
-    RecordConfig,
-    RetrievalConfig,
-    SkillRetriever,
-    Step,
-    alfworld_step,
-    build_record,
     count_tokens,
     dense_unavailable,
     minmax,
     order_by_score,
     ranks,
-    round_robin,
     rrf,
-    select_within_budget,
-    step_text,
     tokenize,
     truncate_tokens,
+)
+from selskill.skills.step_records import (
+    EpisodePrefix,
+    RecordConfig,
+    Step,
+    alfworld_step,
+    build_record,
+    step_text,
 )
 
 
@@ -282,7 +281,7 @@ def test_config_refuses_unknown_values():
 
 @pytest.mark.skipif(dense_unavailable() is not None, reason="all-MiniLM-L6-v2 is not available offline")
 def test_dense_scorer_ranks_by_meaning_and_is_batch_independent():
-    from selskill.skills.retrieval import DenseEncoder
+    from selskill.skills.scorers import DenseEncoder
 
     enc = DenseEncoder()
     lib = load_alfworld_skills()
