@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from pathlib import Path
 
@@ -305,6 +307,21 @@ def test_distractors_are_deterministic_nested_and_scale_to_a_thousand():
     assert [s.name for s in distractor_skills(50, seed=4)] != [s.name for s in a[:50]]
     with pytest.raises(ValueError):
         distractor_skills(CAPACITY + 1)
+
+
+@pytest.mark.parametrize(
+    ("n", "seed", "digest"),
+    [
+        (10, 0, "5a103b9e6147105a50c7d5db2445f30c0a59f14ecb553ed884320b66eb17e0a5"),
+        (68, 1, "d69445987b9c14620bf68fc9e4ea10aa828b1ec741a58cb137d1e3bece479f36"),
+        (250, 7, "1d761579ecc8272ac2732d8cd8ca52f22221d278b14de200c635813d6002b7cb"),
+        (1274, 0, "e305194286db8c9cb102d0b2ffa71b3c6c69acf7f85f8dbf3731487d7cb47986"),
+    ],
+)
+def test_distractors_are_the_same_skills_as_recorded(n, seed, digest):
+    """A library at one size and seed is a published setting: its skills never change wording."""
+    rows = [[s.name, s.description, s.body, s.path, s.kind] for s in distractor_skills(n, seed)]
+    assert hashlib.sha256(json.dumps(rows).encode()).hexdigest() == digest
 
 
 def test_distractors_are_valid_memory_skills_with_when_to_use_text():
