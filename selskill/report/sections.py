@@ -27,6 +27,11 @@ def _pp(v, ci=None) -> str:
     return f"{text} [{100 * ci[0]:+.1f}, {100 * ci[1]:+.1f}]" if ci else text
 
 
+def _opening(title: str, text: str) -> list[tuple]:
+    """A section's heading and its first paragraph (what it shows, or why it has nothing to show)."""
+    return [("h", 2, title), ("p", text)]
+
+
 STEPS_TEXT = "agent steps: actions, skill calls and malformed turns"
 BFCL_STEPS_TEXT = (
     "function-call steps: a call list is one step, an executable skill costs the calls it sends, ending a "
@@ -38,21 +43,19 @@ def metrics_section(
     rounds: list[RoundData], n_boot: int, seed: int, notes: list[str], benchmark: str = "alfworld"
 ) -> list[tuple]:
     bfcl = benchmark == "bfcl"
-    blocks: list[tuple] = [("h", 2, "Held-out metrics across rounds")]
     have = [d for d in rounds if d.metrics]
-    if not have:
-        blocks.append(("p", "No round has eval results yet (runs/<exp>/round_<r>/eval/metrics.json)."))
-        return blocks
-    blocks.append(
-        (
-            "p",
-            "Like the paper's Table 1. init = round 0 (the init policy), Rr = the model trained in round r. "
-            "SR, Exec. Prec., SR@Invoke, SR@Skip and Malformed (malformed turns / turns) in %; Skill/ep and Avg. "
-            f"Steps ({BFCL_STEPS_TEXT if bfcl else STEPS_TEXT}) per episode. [95% bootstrap interval over episodes]. ΔSR vs init: SR(Rr) − "
-            "SR(init) on the same tasks in percentage points with a paired bootstrap interval "
-            f"({n_boot} resamples, seed {seed}).",
-        )
+    blocks = _opening(
+        "Held-out metrics across rounds",
+        "No round has eval results yet (runs/<exp>/round_<r>/eval/metrics.json)."
+        if not have
+        else "Like the paper's Table 1. init = round 0 (the init policy), Rr = the model trained in round r. "
+        "SR, Exec. Prec., SR@Invoke, SR@Skip and Malformed (malformed turns / turns) in %; Skill/ep and Avg. "
+        f"Steps ({BFCL_STEPS_TEXT if bfcl else STEPS_TEXT}) per episode. [95% bootstrap interval over episodes]. ΔSR vs init: SR(Rr) − "
+        "SR(init) on the same tasks in percentage points with a paired bootstrap interval "
+        f"({n_boot} resamples, seed {seed}).",
     )
+    if not have:
+        return blocks
     init = next((d for d in rounds if d.round == 0), None)
     splits = sorted({s for d in have for s in d.metrics.get("splits", {})})
     headers = ["Round", "Episodes"] + [LABELS[m] for m in METRICS] + ["ΔSR vs init (pp)"]
@@ -113,19 +116,16 @@ def headroom_section(rounds: list[RoundData]) -> list[tuple]:
     have = [d for d in rounds if d.metrics and d.metrics.get("headroom")]
     if not have:
         return []
-    blocks: list[tuple] = [
-        ("h", 2, "Skills' headroom (the paper's Appendix B)"),
-        (
-            "p",
-            "The same model on the same tasks with the skills listed and without them (eval_mode no_skills), "
-            "paired by task: positive = won only with the skills, negative = won only without them, both won / "
-            "both lost = no effect. Net gain = positive − negative share (SR with − SR without, paired 95% "
-            "bootstrap interval); oracle gain = the negative share, what a policy that kept every helpful call "
-            "and skipped every harmful one could add to SR with skills at most. BM25 = mean BM25 score of the "
-            "task text against the metadata (name and description) of the skills the with-skills episode "
-            "called, per class, over the tasks whose episode called one (n).",
-        ),
-    ]
+    blocks = _opening(
+        "Skills' headroom (the paper's Appendix B)",
+        "The same model on the same tasks with the skills listed and without them (eval_mode no_skills), "
+        "paired by task: positive = won only with the skills, negative = won only without them, both won / "
+        "both lost = no effect. Net gain = positive − negative share (SR with − SR without, paired 95% "
+        "bootstrap interval); oracle gain = the negative share, what a policy that kept every helpful call "
+        "and skipped every harmful one could add to SR with skills at most. BM25 = mean BM25 score of the "
+        "task text against the metadata (name and description) of the skills the with-skills episode "
+        "called, per class, over the tasks whose episode called one (n).",
+    )
     headers = [
         "Round",
         "Tasks",
@@ -160,16 +160,13 @@ def baselines_section(rounds: list[RoundData], modes: dict[int, dict[str, dict]]
     """The paper's Table 9: one policy under each eval mode, next to its `skills` evaluation."""
     if not modes:
         return []
-    blocks: list[tuple] = [
-        ("h", 2, "Engineering baselines (the paper's Appendix D)"),
-        (
-            "p",
-            "The same model evaluated with another prompt or skill setup instead of training: no skills, "
-            "skills as context (all bodies in the system message, no skill tool), a conservative prompt, "
-            "and an explicit skip option (a `self_reasoning` skill, counted as a skill call). "
-            "`skills` is the method's own setting (the metrics table above).",
-        ),
-    ]
+    blocks = _opening(
+        "Engineering baselines (the paper's Appendix D)",
+        "The same model evaluated with another prompt or skill setup instead of training: no skills, "
+        "skills as context (all bodies in the system message, no skill tool), a conservative prompt, "
+        "and an explicit skip option (a `self_reasoning` skill, counted as a skill call). "
+        "`skills` is the method's own setting (the metrics table above).",
+    )
     by_round = {d.round: d for d in rounds}
     headers = ["Round", "Mode", "Episodes"] + [LABELS[m] for m in METRICS]
     splits = sorted({s for ms in modes.values() for m in ms.values() for s in m.get("splits", {})})
@@ -193,18 +190,16 @@ def baselines_section(rounds: list[RoundData], modes: dict[int, dict[str, dict]]
 
 
 def yield_section(rounds: list[RoundData]) -> list[tuple]:
-    blocks: list[tuple] = [("h", 2, "Pair yield per round")]
     have = [d for d in rounds if d.yield_]
-    if not have:
-        blocks.append(("p", "No round has label stats yet (runs/<exp>/round_<r>/label/stats/*.json)."))
-        return blocks
-    blocks.append(
-        (
-            "p",
-            "From the label stage's stats (summed over ranks). Tasks = training tasks sampled this round; "
-            "invoke-preferred = share of local pairs whose chosen side is the invoke arm.",
-        )
+    blocks = _opening(
+        "Pair yield per round",
+        "No round has label stats yet (runs/<exp>/round_<r>/label/stats/*.json)."
+        if not have
+        else "From the label stage's stats (summed over ranks). Tasks = training tasks sampled this round; "
+        "invoke-preferred = share of local pairs whose chosen side is the invoke arm.",
     )
+    if not have:
+        return blocks
     kinds = sorted({k for d in have for k in d.yield_["pairs_by_kind"]} | {"episode", "local"})
     headers = ["Round", "Tasks", "Pairs"] + [f"{k} pairs/task" for k in kinds] + ["Invoke-preferred (local)"]
     rows = []
