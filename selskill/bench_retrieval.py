@@ -42,15 +42,9 @@ from pathlib import Path
 from selskill import markdown
 from selskill.skills.distractors import library_of_size
 from selskill.skills.model import SkillLibrary
-from selskill.skills.retrieval import (
-    DEFAULT_DENSE_MODEL,
-    DenseEncoder,
-    EpisodePrefix,
-    RetrievalConfig,
-    SkillRetriever,
-    bfcl_steps,
-    dense_unavailable,
-)
+from selskill.skills.retrieval import RetrievalConfig, SkillRetriever
+from selskill.skills.scorers import DEFAULT_DENSE_MODEL, DenseEncoder, dense_unavailable
+from selskill.skills.step_records import EpisodePrefix, bfcl_steps
 
 KS: tuple[int, ...] = (1, 3, 5)
 DEFAULT_SIZES = "own,68,250,1000"

@@ -29,7 +29,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from selskill.metrics import paired_sr_difference
 from selskill.skills.model import SkillLibrary
-from selskill.skills.retrieval import BM25Scorer, skill_document
+from selskill.skills.scorers import BM25Scorer, skill_document
 
 CLASSES = ("positive", "negative", "both_won", "both_lost")
 PANEL_B = ("positive", "negative", "no_effect")

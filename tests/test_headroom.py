@@ -12,7 +12,7 @@ from selskill.config.stages import EvalConfig
 from selskill.data.layout import StageDir
 from selskill.headroom import budget_curve, invoked_skills, skill_headroom, within_budget
 from selskill.skills import Skill, SkillLibrary
-from selskill.skills.retrieval import BM25Scorer, skill_document
+from selskill.skills.scorers import BM25Scorer, skill_document
 
 
 def _turn(kind="action", skill=None):

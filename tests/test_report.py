@@ -10,7 +10,10 @@ from fixtures_run import write_fixture_run
 
 from selskill import report as rp
 from selskill.cli import main
-from selskill.metrics import LABELS, METRICS, format_value, paired_sr_difference
+from selskill.metrics import LABELS, METRICS, format_value, paired_sr_difference, sum_yields
+from selskill.report import data as report_data
+from selskill.report import plots as report_plots
+from selskill.report import render as report_render
 
 SECTIONS = [
     "# SelSkill report: fixture",
@@ -55,13 +58,13 @@ def test_every_section_and_plot(built):
     html = rep.html.read_text()
     for s in SECTIONS:
         assert s + "\n" in md, s
-    assert {p.name for p in rep.plots} == set(rp.PLOTS.values())
-    for name in rp.PLOTS.values():
+    assert {p.name for p in rep.plots} == set(report_plots.PLOTS.values())
+    for name in report_plots.PLOTS.values():
         path = exp / "plots" / name
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert f"](plots/{name})" in md
     # one self-contained HTML file: every plot embedded, no external image
-    assert html.count('src="data:image/png;base64,') == len(rp.PLOTS)
+    assert html.count('src="data:image/png;base64,') == len(report_plots.PLOTS)
     assert 'src="plots/' not in html
     for s in SECTIONS:
         assert s.lstrip("# ") in html
@@ -176,7 +179,7 @@ def test_deterministic(built, tmp_path):
     rep2 = rp.build_report(copy)
     assert rep2.markdown.read_text() == rep.markdown.read_text().replace(str(exp), str(copy))
     assert rep2.html.read_text() == rep.html.read_text().replace(str(exp), str(copy))
-    for name in rp.PLOTS.values():
+    for name in report_plots.PLOTS.values():
         assert (copy / "plots" / name).read_bytes() == (exp / "plots" / name).read_bytes(), name
 
 
@@ -202,6 +205,21 @@ def test_missing_rounds_and_broken_inputs_never_crash(built, tmp_path):
     assert "branch_entropy.png" not in names and not (copy / "plots" / "branch_entropy.png").exists()
     assert "step_gap.png" not in names  # pair shard unreadable
     assert "metrics_per_round.png" in names
+
+
+def test_unfinished_stage_is_reported_with_a_note(built, tmp_path):
+    """A stage the contract cannot verify (a rank without its completion marker) is still read."""
+    exp, rep = built
+    copy = tmp_path / "fixture"
+    shutil.copytree(exp, copy)
+    for marker in (copy / "round_1" / "label" / "completions").iterdir():
+        marker.unlink()
+    rep2 = rp.build_report(copy)
+    notes = "\n".join(rep2.notes)
+    assert "round 1: label shards read unverified" in notes and "no completion marker" in notes
+    md = rep2.markdown.read_text()
+    gaps = md_table(rep.markdown.read_text(), "### Chosen vs rejected agent steps")
+    assert md_table(md, "### Chosen vs rejected agent steps") == gaps
 
 
 def test_empty_and_missing_experiment(tmp_path):
@@ -231,8 +249,10 @@ def test_branch_entropy_skips_forced_and_non_assistant_tokens():
         "entropy": [0, 0.5, 0, 0, 0, 2.0, 0, 0, 1.0, 0],
         "logprob": [0, -0.1, 0, 0, 0, -0.3, 0, 0, -0.2, 0],
     }
-    assert rp.generated_after_branch(fork) == [(0, 2.0), (1, 1.0)]
-    e = rp.branch_entropy([fork, fork | {"arm": "skip", "entropy": [0, 0, 0, 0, 0, 1.0, 0, 0, 3.0, 0]}])
+    assert report_data.generated_after_branch(fork) == [(0, 2.0), (1, 1.0)]
+    e = report_data.branch_entropy(
+        [fork, fork | {"arm": "skip", "entropy": [0, 0, 0, 0, 0, 1.0, 0, 0, 3.0, 0]}]
+    )
     assert e["invoke"]["tokens"] == 2 and e["invoke"]["mean"] == 1.5
     assert [p[0] for p in e["skip"]["by_position"]] == [1.0, 3.0]
     assert [p[0] for p in e["invoke"]["by_turn"]] == [2.0, 1.0]
@@ -259,12 +279,12 @@ def test_sum_yields_over_ranks():
             "discarded": {"local_tie": 2, "local_both_failed": 0},
         }
     }
-    y = rp.sum_yields([a, b, {"rows": 0}])
+    y = sum_yields([a, b, {"rows": 0}])
     assert y["tasks"] == 4 and y["pairs"] == 5
     assert y["pairs_per_task"] == {"episode": 0.25, "local": 1.0}
     assert y["local_invoke_preferred"] == 3 and y["invoke_preferred_share"] == 0.75
     assert y["discarded"] == {"local_tie": 3}
-    assert rp.sum_yields([{"rows": 1}]) is None
+    assert sum_yields([{"rows": 1}]) is None
 
 
 def test_the_page_escapes_every_text_it_shows(tmp_path):
@@ -289,7 +309,7 @@ def test_the_page_escapes_every_text_it_shows(tmp_path):
         ("table", ["h"], [[texts[3], texts[4]]]),
     ]
     page = Page()
-    page.feed(rp.to_html(blocks, tmp_path, "<title>"))
+    page.feed(report_render.to_html(blocks, tmp_path, "<title>"))
     assert set(page.tags) == {"html", "head", "meta", "title", "style", "body", "h2", "p", "ul", "li", "table",
                               "thead", "tr", "th", "tbody", "td"}  # fmt: skip
     assert page.tags.count("td") == 2 and page.tags.count("li") == 1

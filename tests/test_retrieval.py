@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from pathlib import Path
 
@@ -30,27 +32,26 @@ from selskill.skills.pseudo_skills import (
     parse_pseudo_skill,
     pseudo_skill_prompt,
 )
-from selskill.skills.retrieval import (
+from selskill.skills.retrieval import RetrievalConfig, SkillRetriever, round_robin, select_within_budget
+from selskill.skills.scorers import (
     BM25Scorer,
-    EpisodePrefix,
     FusedScorer,
-    RecordConfig,
-    RetrievalConfig,
-    SkillRetriever,
-    Step,
-    alfworld_step,
-    build_record,
     count_tokens,
     dense_unavailable,
     minmax,
     order_by_score,
     ranks,
-    round_robin,
     rrf,
-    select_within_budget,
-    step_text,
     tokenize,
     truncate_tokens,
+)
+from selskill.skills.step_records import (
+    EpisodePrefix,
+    RecordConfig,
+    Step,
+    alfworld_step,
+    build_record,
+    step_text,
 )
 
 
@@ -282,7 +283,7 @@ def test_config_refuses_unknown_values():
 
 @pytest.mark.skipif(dense_unavailable() is not None, reason="all-MiniLM-L6-v2 is not available offline")
 def test_dense_scorer_ranks_by_meaning_and_is_batch_independent():
-    from selskill.skills.retrieval import DenseEncoder
+    from selskill.skills.scorers import DenseEncoder
 
     enc = DenseEncoder()
     lib = load_alfworld_skills()
@@ -306,6 +307,21 @@ def test_distractors_are_deterministic_nested_and_scale_to_a_thousand():
     assert [s.name for s in distractor_skills(50, seed=4)] != [s.name for s in a[:50]]
     with pytest.raises(ValueError):
         distractor_skills(CAPACITY + 1)
+
+
+@pytest.mark.parametrize(
+    ("n", "seed", "digest"),
+    [
+        (10, 0, "5a103b9e6147105a50c7d5db2445f30c0a59f14ecb553ed884320b66eb17e0a5"),
+        (68, 1, "d69445987b9c14620bf68fc9e4ea10aa828b1ec741a58cb137d1e3bece479f36"),
+        (250, 7, "1d761579ecc8272ac2732d8cd8ca52f22221d278b14de200c635813d6002b7cb"),
+        (1274, 0, "e305194286db8c9cb102d0b2ffa71b3c6c69acf7f85f8dbf3731487d7cb47986"),
+    ],
+)
+def test_distractors_are_the_same_skills_as_recorded(n, seed, digest):
+    """A library at one size and seed is a published setting: its skills never change wording."""
+    rows = [[s.name, s.description, s.body, s.path, s.kind] for s in distractor_skills(n, seed)]
+    assert hashlib.sha256(json.dumps(rows).encode()).hexdigest() == digest
 
 
 def test_distractors_are_valid_memory_skills_with_when_to_use_text():

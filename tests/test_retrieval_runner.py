@@ -245,7 +245,7 @@ def test_mode_task_lists_the_tasks_skills_in_the_system_prompt(tokenizer, index,
     # the listing is retrieved for the task as first given
     env = AlfworldEnv(index)
     state = env.reset(task)
-    from selskill.skills.retrieval import EpisodePrefix
+    from selskill.skills.step_records import EpisodePrefix
 
     assert tuple(listed) == _retriever("task").listing(EpisodePrefix(task=state.task)).names
     assert "heat" in " ".join(listed)  # a pick_heat task finds the heating skill among 40
@@ -261,7 +261,7 @@ def test_mode_task_scores_the_policys_own_pseudo_skills(tokenizer, index, task):
     """SkillDreamer's PSG by the policy: one capability answer, one pseudo-skill per capability,
     both asked with the paper's prompts before the episode, recorded in the row, and retrieval
     lists what the task plus those pseudo-skills rank highest."""
-    from selskill.skills.retrieval import EpisodePrefix
+    from selskill.skills.step_records import EpisodePrefix
 
     state = AlfworldEnv(index).reset(task)
     asked = []

@@ -52,7 +52,7 @@ from selskill.agent.turn_format import (
 )
 from selskill.envs.bfcl import DOC_STYLES, render_function_docs
 from selskill.envs.calls import decode_step
-from selskill.skills.retrieval import EpisodePrefix, bfcl_steps
+from selskill.skills.step_records import EpisodePrefix, bfcl_steps
 
 if TYPE_CHECKING:
     from selskill.envs.base import Env, EnvState

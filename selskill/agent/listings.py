@@ -15,7 +15,8 @@ from collections.abc import Sequence
 
 from selskill.envs.base import EnvState
 from selskill.skills import SkillLibrary, render_listing
-from selskill.skills.retrieval import EpisodePrefix, SkillRetriever, alfworld_step, skill_step
+from selskill.skills.retrieval import SkillRetriever
+from selskill.skills.step_records import EpisodePrefix, alfworld_step, skill_step
 
 # what heads a `progress` listing at the end of an observation message
 STEP_SKILLS_HEADING = "Skills for this step:"

@@ -52,7 +52,8 @@ from selskill.envs.base import Env, EnvError, EnvState
 from selskill.policy.base import GenerationRequest, Policy, SamplingParams
 from selskill.skills import SkillExecutor, SkillLibrary, render_listing
 from selskill.skills.pseudo_skills import generate_pseudo_skills_batch
-from selskill.skills.retrieval import EpisodePrefix, SkillRetriever
+from selskill.skills.retrieval import SkillRetriever
+from selskill.skills.step_records import EpisodePrefix
 
 
 @dataclass(frozen=True)

@@ -284,9 +284,6 @@ class Expert:
     def _shares_place(self, receptacle: str) -> bool:
         return self.loc != receptacle and self.here(receptacle)
 
-    def sees_target_here(self) -> bool:
-        return any(r == self.loc for _, r in self.known_targets())
-
     def phase(self) -> str:
         """search | fetch | treat | light | place"""
         if self.holds_target:

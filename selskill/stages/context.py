@@ -30,7 +30,8 @@ from selskill.config.run import PolicyConfig, RunConfig
 from selskill.data.layout import check_model_source, resolve_round_policy
 from selskill.skills import SkillLibrary
 from selskill.skills.distractors import library_of_size
-from selskill.skills.retrieval import RetrievalConfig, SkillRetriever, dense_unavailable
+from selskill.skills.retrieval import RetrievalConfig, SkillRetriever
+from selskill.skills.scorers import dense_unavailable
 
 # the distractors' seed: one library per size for every stage, round and recipe seed, so rows of
 # different runs at one size list the same skills

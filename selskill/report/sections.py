@@ -1,0 +1,326 @@
+"""The report's sections as blocks: held-out metrics, the skills' headroom, the engineering
+baselines, pair yield and the plots with their captions, in the benchmark's words."""
+
+from __future__ import annotations
+
+import functools
+from collections import defaultdict
+from pathlib import Path
+
+from selskill.metrics import LABELS, METRICS, format_value
+from selskill.report.data import RoundData, paired_sr, round_label
+from selskill.report.plots import (
+    PLOTS,
+    plot_branch_scores,
+    plot_entropy,
+    plot_metrics,
+    plot_skill_calls,
+    plot_step_gap,
+)
+
+
+def _pp(v, ci=None) -> str:
+    """A difference of shares in percentage points."""
+    if v is None:
+        return "-"
+    text = f"{100 * v:+.1f}"
+    return f"{text} [{100 * ci[0]:+.1f}, {100 * ci[1]:+.1f}]" if ci else text
+
+
+def _opening(title: str, text: str) -> list[tuple]:
+    """A section's heading and its first paragraph (what it shows, or why it has nothing to show)."""
+    return [("h", 2, title), ("p", text)]
+
+
+STEPS_TEXT = "agent steps: actions, skill calls and malformed turns"
+BFCL_STEPS_TEXT = (
+    "function-call steps: a call list is one step, an executable skill costs the calls it sends, ending a "
+    "user turn and memory skills cost none"
+)
+
+
+def metrics_section(
+    rounds: list[RoundData], n_boot: int, seed: int, notes: list[str], benchmark: str = "alfworld"
+) -> list[tuple]:
+    bfcl = benchmark == "bfcl"
+    have = [d for d in rounds if d.metrics]
+    blocks = _opening(
+        "Held-out metrics across rounds",
+        "No round has eval results yet (runs/<exp>/round_<r>/eval/metrics.json)."
+        if not have
+        else "Like the paper's Table 1. init = round 0 (the init policy), Rr = the model trained in round r. "
+        "SR, Exec. Prec., SR@Invoke, SR@Skip and Malformed (malformed turns / turns) in %; Skill/ep and Avg. "
+        f"Steps ({BFCL_STEPS_TEXT if bfcl else STEPS_TEXT}) per episode. [95% bootstrap interval over episodes]. ΔSR vs init: SR(Rr) − "
+        "SR(init) on the same tasks in percentage points with a paired bootstrap interval "
+        f"({n_boot} resamples, seed {seed}).",
+    )
+    if not have:
+        return blocks
+    init = next((d for d in rounds if d.round == 0), None)
+    splits = sorted({s for d in have for s in d.metrics.get("splits", {})})
+    headers = ["Round", "Episodes"] + [LABELS[m] for m in METRICS] + ["ΔSR vs init (pp)"]
+    for split in splits:
+        rows = []
+        for d in have:
+            m = d.metrics["splits"].get(split)
+            if m is None:
+                continue
+            o = m["overall"]
+            ci = o.get("ci") or {}
+            if d.round == 0:
+                delta = "-"
+            elif init is None or not init.eval_rows or not d.eval_rows:
+                delta = "- (needs eval rows of init and this round)"
+            else:
+                p = paired_sr(init.eval_rows, d.eval_rows, split, n_boot, seed)
+                delta = f"{_pp(p['diff'], p['ci'])} (n={p['tasks']})" if p["tasks"] else "- (no common tasks)"
+            rows.append(
+                [round_label(d.round), o.get("episodes", 0)]
+                + [format_value(k, o.get(k), ci.get(k)) for k in METRICS]
+                + [delta]
+            )
+        blocks += [("h", 3, f"Split {split}"), ("table", headers, rows)]
+        types = sorted({t for d in have for t in d.metrics["splits"].get(split, {}).get("by_task_type", {})})
+        if types:
+            trows = []
+            for t in types:
+                row = [t]
+                for d in have:
+                    m = d.metrics["splits"].get(split, {}).get("by_task_type", {}).get(t)
+                    row.append(f"{format_value('sr', m.get('sr'))} (n={m.get('episodes', 0)})" if m else "-")
+                trows.append(row)
+            what = "BFCL category" if bfcl else "task type"
+            blocks += [
+                ("p", f"SR (%) by {what} on {split}:"),
+                ("table", [what[0].upper() + what[1:]] + [round_label(d.round) for d in have], trows),
+            ]
+    if init is None or not init.metrics:
+        notes.append("round 0 (init) has no eval results: ΔSR vs init cannot be computed")
+    return blocks
+
+
+def _count_share(h: dict, c: str) -> str:
+    share = h["shares"][c]
+    return f"{h['counts'][c]}" + ("" if share is None else f" ({100 * share:.1f}%)")
+
+
+def _similarity(h: dict, c: str) -> str:
+    s = (h.get("similarity") or {}).get(c)
+    if not s or s["mean"] is None:
+        return "-"
+    return f"{s['mean']:.2f} (n={s['tasks']})"
+
+
+def headroom_section(rounds: list[RoundData]) -> list[tuple]:
+    """The skills' headroom (the paper's Appendix B) of each round whose metrics.json has it."""
+    have = [d for d in rounds if d.metrics and d.metrics.get("headroom")]
+    if not have:
+        return []
+    blocks = _opening(
+        "Skills' headroom (the paper's Appendix B)",
+        "The same model on the same tasks with the skills listed and without them (eval_mode no_skills), "
+        "paired by task: positive = won only with the skills, negative = won only without them, both won / "
+        "both lost = no effect. Net gain = positive − negative share (SR with − SR without, paired 95% "
+        "bootstrap interval); oracle gain = the negative share, what a policy that kept every helpful call "
+        "and skipped every harmful one could add to SR with skills at most. BM25 = mean BM25 score of the "
+        "task text against the metadata (name and description) of the skills the with-skills episode "
+        "called, per class, over the tasks whose episode called one (n).",
+    )
+    headers = [
+        "Round",
+        "Tasks",
+        "Positive",
+        "Negative",
+        "Both won",
+        "Both lost",
+        "Net gain (pp)",
+        "Oracle gain (pp)",
+        "BM25 positive",
+        "BM25 negative",
+        "BM25 no effect",
+    ]
+    splits = sorted({s for d in have for s in d.metrics["headroom"]})
+    for split in splits:
+        rows = []
+        for d in have:
+            h = d.metrics["headroom"].get(split)
+            if h is None:
+                continue
+            rows.append(
+                [round_label(d.round), h["tasks"]]
+                + [_count_share(h, c) for c in ("positive", "negative", "both_won", "both_lost")]
+                + [_pp(h["net_gain"], h.get("net_gain_ci")), _pp(h["oracle_gain"])]
+                + [_similarity(h, c) for c in ("positive", "negative", "no_effect")]
+            )
+        blocks += [("h", 3, f"Split {split}"), ("table", headers, rows)]
+    return blocks
+
+
+def baselines_section(rounds: list[RoundData], modes: dict[int, dict[str, dict]]) -> list[tuple]:
+    """The paper's Table 9: one policy under each eval mode, next to its `skills` evaluation."""
+    if not modes:
+        return []
+    blocks = _opening(
+        "Engineering baselines (the paper's Appendix D)",
+        "The same model evaluated with another prompt or skill setup instead of training: no skills, "
+        "skills as context (all bodies in the system message, no skill tool), a conservative prompt, "
+        "and an explicit skip option (a `self_reasoning` skill, counted as a skill call). "
+        "`skills` is the method's own setting (the metrics table above).",
+    )
+    by_round = {d.round: d for d in rounds}
+    headers = ["Round", "Mode", "Episodes"] + [LABELS[m] for m in METRICS]
+    splits = sorted({s for ms in modes.values() for m in ms.values() for s in m.get("splits", {})})
+    for split in splits:
+        rows = []
+        for r in sorted(modes):
+            entries = [("skills", by_round[r].metrics)] if r in by_round and by_round[r].metrics else []
+            entries += sorted(modes[r].items())
+            for mode, metrics in entries:
+                m = metrics.get("splits", {}).get(split)
+                if m is None:
+                    continue
+                o = m["overall"]
+                ci = o.get("ci") or {}
+                rows.append(
+                    [round_label(r), mode, o.get("episodes", 0)]
+                    + [format_value(k, o.get(k), ci.get(k)) for k in METRICS]
+                )
+        blocks += [("h", 3, f"Split {split}"), ("table", headers, rows)]
+    return blocks
+
+
+def yield_section(rounds: list[RoundData]) -> list[tuple]:
+    have = [d for d in rounds if d.yield_]
+    blocks = _opening(
+        "Pair yield per round",
+        "No round has label stats yet (runs/<exp>/round_<r>/label/stats/*.json)."
+        if not have
+        else "From the label stage's stats (summed over ranks). Tasks = training tasks sampled this round; "
+        "invoke-preferred = share of local pairs whose chosen side is the invoke arm.",
+    )
+    if not have:
+        return blocks
+    kinds = sorted({k for d in have for k in d.yield_["pairs_by_kind"]} | {"episode", "local"})
+    headers = ["Round", "Tasks", "Pairs"] + [f"{k} pairs/task" for k in kinds] + ["Invoke-preferred (local)"]
+    rows = []
+    for d in have:
+        y = d.yield_
+        share = y["invoke_preferred_share"]
+        rows.append(
+            [round_label(d.round), y["tasks"], y["pairs"]]
+            + [f"{y['pairs_per_task'].get(k, 0.0):.2f} ({y['pairs_by_kind'].get(k, 0)})" for k in kinds]
+            + ["-" if share is None else f"{100 * share:.1f}% ({y['local_invoke_preferred']})"]
+        )
+    blocks += [("h", 3, "Pairs per task by kind"), ("table", headers, rows)]
+    rrows = [
+        [round_label(d.round), reason, n, f"{n / d.yield_['tasks']:.2f}" if d.yield_["tasks"] else "-"]
+        for d in have
+        for reason, n in d.yield_["pairs_by_reason"].items()
+    ]
+    blocks += [
+        ("h", 3, "Pairs by kind and reason"),
+        ("table", ["Round", "Kind/reason", "Pairs", "Pairs/task"], rrows) if rrows else ("p", "No pairs."),
+    ]
+    drows = [[round_label(d.round), reason, n] for d in have for reason, n in d.yield_["discarded"].items()]
+    blocks.append(("h", 3, "Discarded (why no pair was kept)"))
+    blocks.append(
+        ("table", ["Round", "Reason", "Count"], drows) if drows else ("p", "Nothing was discarded.")
+    )
+    return blocks
+
+
+def plots_section(
+    rounds: list[RoundData], plots_dir: Path, base: Path, notes: list[str], benchmark: str = "alfworld"
+) -> tuple[list, list]:
+    bfcl = benchmark == "bfcl"
+    blocks: list[tuple] = [("h", 2, "Plots")]
+    written = []
+    rel = plots_dir.relative_to(base) if plots_dir.is_relative_to(base) else plots_dir
+
+    def add(key: str, fn, title: str, text: str, missing: str, extra: list | None = None) -> None:
+        path = plots_dir / PLOTS[key]
+        out = fn(rounds, path)
+        blocks.append(("h", 3, title))
+        if out is None:
+            path.unlink(missing_ok=True)  # no stale plot from an earlier report
+            blocks.append(("p", f"Skipped: {missing}"))
+            notes.append(f"plot {PLOTS[key]} skipped: {missing}")
+            return
+        written.append(out)
+        blocks.append(("p", text))
+        blocks.extend(extra or [])
+        blocks.append(("img", str(rel / PLOTS[key]), title))
+
+    add(
+        "metrics",
+        plot_metrics,
+        "Metrics per round",
+        "Each metric of the table per round and eval split, with its 95% bootstrap interval.",
+        "no round has eval results",
+    )
+    erows = [
+        [
+            round_label(d.round),
+            arm,
+            d.entropy[arm]["forks"],
+            d.entropy[arm]["tokens"],
+            "-" if d.entropy[arm]["mean"] is None else f"{d.entropy[arm]['mean']:.3f}",
+        ]
+        for d in rounds
+        if d.entropy
+        for arm in ("invoke", "skip")
+    ]
+    add(
+        "entropy",
+        plot_entropy,
+        "Entropy after the branch point: invoke vs skip arm (Figure 3 analogue)",
+        "Per-token entropy (full-vocabulary, nats, as recorded at sampling) of the tokens the policy generated "
+        "in the fork continuations after a branch point, invoke arm vs skip arm. Left: averaged by position "
+        "among the first 48 generated tokens after the branch (the forced decision opening is excluded; "
+        "observation and skill-return tokens are not generated and not counted). Right: averaged per assistant "
+        "turn after the branch (0 = the branch turn itself). Bands/bars: mean ± 1.96 standard errors. The paper "
+        "finds higher entropy on the invoke path.",
+        "no fork continuations (fork shards missing or empty)",
+        [("table", ["Round", "Arm", "Forks", "Generated tokens", "Mean entropy"], erows)] if erows else None,
+    )
+    add(
+        "scores",
+        plot_branch_scores,
+        "Branch scores of local pairs by chosen arm",
+        "Distribution of the branch-point score (mean entropy of the decision's first tokens) of kept local "
+        "pairs, split by which arm was preferred.",
+        "no local pairs",
+    )
+    add(
+        "skill_calls",
+        plot_skill_calls,
+        "Skill calls per episode",
+        "Share of held-out episodes with 0, 1, 2, … skill calls, per round and eval split.",
+        "no eval shards",
+    )
+    grows = []
+    for d in rounds:
+        groups = defaultdict(list)
+        for p in d.pairs:
+            groups[f"{p['kind']}/{p['label_reason']}"].append(p)
+        for key, ps in sorted(groups.items()):
+            c = sum(int(p["chosen_steps"]) for p in ps) / len(ps)
+            r = sum(int(p["rejected_steps"]) for p in ps) / len(ps)
+            grows.append([round_label(d.round), key, len(ps), f"{c:.1f}", f"{r:.1f}", f"{c - r:+.1f}"])
+    add(
+        "step_gap",
+        functools.partial(plot_step_gap, bfcl=bfcl),
+        "Chosen vs rejected function-call steps" if bfcl else "Chosen vs rejected agent steps",
+        (
+            f"Histogram of chosen − rejected steps ({BFCL_STEPS_TEXT}) per pair, by kind and label reason (local pairs: "
+            if bfcl
+            else "Histogram of chosen − rejected agent steps (decisions: actions and skill calls) per pair, by kind and label reason (local pairs: "
+        )
+        + "steps after the branch; episode pairs: whole episode). Efficiency pairs are negative by construction; "
+        "success-vs-failure gaps show how much shorter the winning side is.",
+        "no pairs (label shards missing or empty)",
+        [("table", ["Round", "Kind/reason", "Pairs", "Chosen steps", "Rejected steps", "Gap"], grows)]
+        if grows
+        else None,
+    )
+    return blocks, written
