@@ -221,7 +221,10 @@ def test_the_one_gpu_recipes_dry_run_a_round_loading_and_downloading_nothing(
     out = capsys.readouterr().out
     assert "dry run: nothing was written or submitted, and nothing computed" in out
     for stage in ("sample", "fork", "label", "train", "eval"):
-        assert any(line.startswith(f"{stage}: ") and "not complete: would compute" in line for line in out.splitlines())
+        assert any(
+            line.startswith(f"{stage}: ") and "not complete: would compute" in line
+            for line in out.splitlines()
+        )
     assert "peft: LoRA r=16 alpha=32 dropout=0.05 targets=all-linear" in out
     assert "x 1 processes" in out and "launch:" not in out  # one process, no accelerate relaunch
     assert "is a hub id, HF_HUB_OFFLINE=1 forbids downloading it" in out  # named, not fetched
