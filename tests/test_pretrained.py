@@ -216,7 +216,7 @@ def episodes(policy, small_games):
     index = find_games(small_games)
     tasks = AlfworldEnv(index).task_ids()
     task = next(t for t in tasks if "pick_heat" in t)
-    cfg = RunnerConfig(max_decisions=3, max_new_tokens=24, concurrent_episodes=4, action_choice="admissible")
+    cfg = RunnerConfig(max_decisions=3, max_new_tokens=24, concurrent_episodes=4, action_choice="decision")
     runner = EpisodeRunner(policy, lambda: AlfworldEnv(index), load_alfworld_skills(), FMT, cfg)
     specs = [
         EpisodeSpec("a", task, seed=1),
@@ -237,7 +237,6 @@ def test_sampled_episodes_record_the_models_own_logprobs_and_entropies(policy, e
     assert episodes["again"]["token_ids"] == rows[0]["token_ids"]  # same seed, same episode
     assert rows[0]["token_ids"] != rows[1]["token_ids"]
     for row in rows:
-        assert row["policy_id"] == str(policy.policy_id)
         n = len(row["token_ids"])
         assert len(row["logprob"]) == len(row["entropy"]) == len(row["role"]) == len(row["turn"]) == n
         assert row["n_turns"] >= 1
