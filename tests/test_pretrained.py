@@ -255,31 +255,28 @@ def test_sampled_episodes_record_the_models_own_logprobs_and_entropies(policy, e
 
 @pytest.mark.slow
 def test_a_fork_reproduces_its_prefix_and_continues_from_the_forced_invoke(policy, episodes):
-    from selskill.agent.runner import EpisodeRunner, EpisodeSpec, ForkStart
+    from selskill.agent.runner import EpisodeRunner, EpisodeSpec
+    from selskill.data.records import BranchPoint
     from selskill.envs.alfworld import AlfworldEnv
+    from selskill.stages.fork import fork_start
 
     source, index = episodes["rows"][0], episodes["index"]
     branch = 1 if len(source["turns"]) > 1 else 0
-    turns_before = source["turns"][:branch]
     offset = source["turns"][branch]["start"]
-    fork = ForkStart(
-        source["token_ids"][:offset],
-        source["logprob"][:offset],
-        source["entropy"][:offset],
-        source["role"][:offset],
-        source["turn"][:offset],
-        turns_before,
-        json.loads(source["messages"])[: 2 + 2 * branch],
-        [c for turn in turns_before for c in turn["commands"]],
-        sum(x["env_steps"] for x in turns_before),
-        forced_prefix("invoke", "heat_object"),
-    )
+    point = BranchPoint(
+        branch_id="a-b", rollout_id="a", task_id=episodes["task"], task_type="pick_heat_then_place_in_recep",
+        round=1, turn_index=branch, token_offset=offset, pool="ordinary", score=0.0, strategy="entropy",
+        candidate_skill="heat_object", original_decision="skip",
+        source_env_steps_before=sum(x["env_steps"] for x in source["turns"][:branch]),
+    )  # fmt: skip
+    fork = fork_start(source, point, "invoke")  # as the fork stage builds it
     runner = EpisodeRunner(policy, lambda: AlfworldEnv(index), load_alfworld_skills(), FMT, episodes["cfg"])
     row = runner.run([EpisodeSpec("f", episodes["task"], seed=9, fork=fork)])[0]
     assert row["token_ids"][:offset] == source["token_ids"][:offset]
     assert row["turns"][:branch] == source["turns"][:branch]
     turn = row["turns"][branch]
     assert turn["forced"] and turn["text"].startswith('<tool_call>{"name": "heat_object"')
+    assert turn["text"] == render_skill_call("heat_object")  # action_choice decision completes the call
     forced = ChatTokens(policy.tokenizer).encode_forced(
         forced_prefix("invoke", "heat_object"), render_skill_call("heat_object")
     )
@@ -297,7 +294,7 @@ TRAIN_VARIANTS = [pytest.param((), id="full")]
 
 @pytest.mark.slow
 @pytest.mark.parametrize("train_args", TRAIN_VARIANTS)
-def test_a_dpo_step_of_the_train_stage_moves_the_model(runs, tmp_path, train_args):
+def test_a_dpo_step_of_the_train_stage_moves_the_model(runs, train_args):
     """Pairs in selskill's schema, rendered with this tokenizer's chat template, through the train
     stage of the SmolLM2 recipe: policy == reference at the start (loss log 2), then the model moves."""
     import torch
