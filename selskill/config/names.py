@@ -29,7 +29,7 @@ DOC_STYLES: tuple[str, ...] = ("json", "compact", "brief")
 TURN_STYLES: tuple[str, ...] = ("thinking", "compact")
 ADMISSIBLE_STYLES: tuple[str, ...] = ("all", "local")
 LISTING_STYLES: tuple[str, ...] = ("compact", "full")
-ACTION_CHOICES: tuple[str, ...] = ("free", "admissible")
+ACTION_CHOICES: tuple[str, ...] = ("free", "admissible", "decision")
 EVAL_MODES: tuple[str, ...] = (
     "skills",
     "no_skills",

