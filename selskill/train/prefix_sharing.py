@@ -207,14 +207,31 @@ def block_mask(segments: torch.Tensor):
 
 
 def _tree_sdpa(
-    module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, prefix_tree=None, **kwargs
+    module,
+    query,
+    key,
+    value,
+    attention_mask,
+    dropout=0.0,
+    scaling=None,
+    is_causal=None,
+    prefix_tree=None,
+    **kwargs,
 ):
     """transformers' sdpa attention; on packed rows (`prefix_tree` given), SDPA per tree segment."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     if prefix_tree is None:
         return sdpa_attention_forward(
-            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, is_causal=is_causal, **kwargs
+            module,
+            query,
+            key,
+            value,
+            attention_mask,
+            dropout=dropout,
+            scaling=scaling,
+            is_causal=is_causal,
+            **kwargs,
         )
     sdpa = functools.partial(
         torch.nn.functional.scaled_dot_product_attention,
