@@ -48,7 +48,7 @@ from typing import Any
 
 import torch
 
-from selskill.config.train import PREFIX_SHARING_CHOICES as MODES
+from selskill.config.train import PREFIX_SHARING_CHOICES as MODES  # noqa: F401  (re-exported)
 
 MODEL_TYPES = ("qwen3", "qwen2", "llama")
 TREE_SDPA = "selskill_prefix_tree_sdpa"
