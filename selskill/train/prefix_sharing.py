@@ -48,8 +48,9 @@ from typing import Any
 
 import torch
 
-from selskill.config.train import PREFIX_SHARING_CHOICES as MODES  # noqa: F401  (re-exported)
+from selskill.config.train import PREFIX_SHARING_CHOICES
 
+MODES = PREFIX_SHARING_CHOICES  # the values of the recipe key train_prefix_sharing
 MODEL_TYPES = ("qwen3", "qwen2", "llama")
 TREE_SDPA = "selskill_prefix_tree_sdpa"
 DENSE_MASK_ATTENTIONS = ("eager",)
