@@ -370,6 +370,7 @@ def train_stage_times(args, shards) -> None:
 
     from selskill.train.run import parse, run_train
 
+    os.environ["TQDM_DISABLE"] = "1"  # TRL's reference precompute bar
     root = Path(tempfile.mkdtemp(prefix="bench_dpo_stage_"))
     print("\ntrain stage (recipe as is, wall seconds incl. loading, reference precompute, saving):")
     variants = [("none", []), ("pair", []), ("branch", []),
@@ -382,7 +383,7 @@ def train_stage_times(args, shards) -> None:
             shutil.copy(p, label / p.name)
         argv = ["--config", args.recipe, "--runs_dir", str(root), "--exp", exp, "--round", "1",
                 "--model_name_or_path", args.policy, "--train_prefix_sharing", mode, "--report_to", "none",
-                "--save_strategy", "no", *extra]  # fmt: skip
+                "--save_strategy", "no", "--disable_tqdm", "true", "--logging_steps", "100000", *extra]  # fmt: skip
         start = time.perf_counter()
         run_train(*parse(argv))
         wall = time.perf_counter() - start

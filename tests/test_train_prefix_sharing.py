@@ -149,12 +149,21 @@ def _examples(table, n, max_length=None):
 def test_packed_batch_gives_the_unpacked_loss_gradients_and_metrics(tok, table, tmp_path, unpacked, mode, n):
     examples, stats = _examples(table, n)
     assert stats.trained["episode"] == 3 and stats.trained["local"] == 8
-    packed = _step(_trainer(tok, examples, tmp_path, mode), examples)
+    trainer = _trainer(tok, examples, tmp_path, mode)
+    scored = []  # positions that reach the LM head: the trained ones only
+    trainer.model.base_model.register_forward_hook(
+        lambda m, a, o: scored.append(o.last_hidden_state.shape[1])
+    )
+    packed = _step(trainer, examples)
     _assert_same(packed, unpacked(examples))
+    if mode == "pair":
+        assert scored[0] == sum(sum(e["chosen_loss_mask"]) + sum(e["rejected_loss_mask"]) for e in examples)
     batch = packed[-1]
     assert prefix_sharing.packed_tokens(batch) < int(batch["attention_mask"].sum())
-    # one row per tree: a tree per pair, or per prompt (the 11 pairs have 7 distinct prompts)
-    assert batch["packed_input_ids"].shape[0] == (11 if mode == "pair" else 7)
+    # a tree per pair, or per prompt (the 11 pairs have 7 distinct prompts), side by side in one row
+    assert batch["packed_input_ids"].shape[0] == 1 and int(batch["packed_trees"].max()) + 1 == (
+        11 if mode == "pair" else 7
+    )
 
 
 def test_prompts_shortened_by_max_length_pack_as_they_were_fitted(tok, table, tmp_path, unpacked):
@@ -169,7 +178,18 @@ def test_prompts_shortened_by_max_length_pack_as_they_were_fitted(tok, table, tm
     for mode, trees in (("pair", 8), ("branch", 7)):
         packed = _step(_trainer(tok, examples, tmp_path, mode), examples)
         _assert_same(packed, unpacked(examples))
-        assert packed[-1]["packed_input_ids"].shape[0] == trees
+        assert int(packed[-1]["packed_trees"].max()) + 1 == trees
+
+
+def test_prompts_of_one_token_and_none(tok, tmp_path, unpacked):
+    """Degenerate trees: no prefix left after moving the last prompt token (or none at all)."""
+    rows = [
+        {"pair_id": f"d{i}", "kind": "local", "prompt_ids": prompt, "chosen_ids": [7, 8, 9, 10], "rejected_ids": [11, 12],
+         "chosen_loss_mask": [1, 1, 0, 1], "rejected_loss_mask": [1, 1]}
+        for i, prompt in enumerate([[5], [], [5], [3, 4, 5]])
+    ]  # fmt: skip
+    for mode in ("pair", "branch"):
+        _assert_same(_step(_trainer(tok, rows, tmp_path, mode), rows), unpacked(rows))
 
 
 def test_branch_computes_each_prompt_and_each_continuation_once(table):
@@ -179,10 +199,9 @@ def test_branch_computes_each_prompt_and_each_continuation_once(table):
         len({tuple(e["prompt_ids"]) for e in episode}) == 1
         and len({tuple(e["chosen_ids"]) for e in episode}) == 1
     )
-    pad = 0
     width = 2 * max(len(e["prompt_ids"]) + len(e[s]) for e in episode for s in ("chosen_ids", "rejected_ids"))
-    branch = prefix_sharing.pack_pairs(episode, "branch", width, pad)
-    pair = prefix_sharing.pack_pairs(episode, "pair", width, pad)
+    branch = prefix_sharing.pack_pairs(episode, "branch", width)
+    pair = prefix_sharing.pack_pairs(episode, "pair", width)
     p = len(episode[0]["prompt_ids"])
     continuations = [episode[0]["chosen_ids"]] + [e["rejected_ids"] for e in episode]
     # the prompt once (its last token at the head of each continuation), each continuation once
@@ -197,7 +216,7 @@ def test_branch_computes_each_prompt_and_each_continuation_once(table):
 
 
 def test_padding_rows_and_trees_of_several_lengths(tok, table, tmp_path, unpacked):
-    """Batches of one, two and five pairs: unpacked rows and packed trees of different lengths are padded."""
+    """Batches of one, two and five pairs: the unpacked rows are padded, the packed trees lie side by side."""
     examples, _ = _examples(table, 3)
     for chunk in (examples[:1], examples[3:5], examples[6:]):
         _assert_same(_step(_trainer(tok, chunk, tmp_path, "branch"), chunk), unpacked(chunk))
@@ -228,6 +247,14 @@ def test_other_attentions_and_model_types(tok, table, tmp_path, unpacked, model_
     chunk = examples[3:5]  # two pairs of one branch point
     packed = _step(_trainer(tok, chunk, tmp_path, "branch", model_type, attn), chunk)
     _assert_same(packed, unpacked(chunk, model_type, attn))
+
+
+def test_grouped_kv_copied_to_every_head_where_torch_needs_it(tok, table, tmp_path, unpacked, monkeypatch):
+    """Off the CPU, K/V are repeated per head before a masked SDPA call (transformers' own rule)."""
+    monkeypatch.setattr(prefix_sharing, "_native_gqa", lambda device: False)
+    examples, _ = _examples(table, 3)
+    chunk = examples[3:5]
+    _assert_same(_step(_trainer(tok, chunk, tmp_path, "branch"), chunk), unpacked(chunk))
 
 
 @pytest.mark.slow

@@ -3,9 +3,10 @@
 A local pair's prompt is the whole episode up to the branch point, and its trained window is a
 few turns after it (selskill.train.pairs trims the rest), so most of a pair is prompt. The
 unpacked trainer runs that prompt twice per pair (chosen and rejected row) and twice more for
-the reference. Here a batch is laid out as prefix trees instead, one row per tree:
+the reference. Here a batch is laid out as prefix trees instead, side by side in one row (no
+padding):
 
-    [prompt[:-1]] [prompt[-1] + continuation 1] [prompt[-1] + continuation 2] ... [pad]
+    [prompt[:-1]] [prompt[-1] + continuation 1] [prompt[-1] + continuation 2] ... [next tree] ...
 
 - `pair`: one tree per pair (its chosen and rejected continuations);
 - `branch`: one tree per distinct prompt in the batch, each distinct continuation once (a
@@ -22,9 +23,11 @@ it sees in the unpacked batch, and the per-token log-probs are the same up to fl
 TRL's loss is left untouched: the batch still carries the unpacked `input_ids`,
 `attention_mask` and `completion_mask` (labels, metrics, token counts are computed from them as
 before) plus the packed tensors (`PACKED_KEYS`). `enable` wraps the model's fused-LM-head
-forward: given packed tensors it runs the packed rows and scatters the per-token outputs back
-to the unpacked (2 x pairs, length - 1) layout, so log-prob sums, the sft term, reference
-log-probs (on the fly or precomputed), per-kind metrics, DDP and ZeRO see what they saw before.
+forward: given packed tensors it runs the packed row, hands only the trained positions to the
+LM head (a tree is mostly prompt, whose positions predict nothing), and scatters the per-token
+outputs back to the unpacked (2 x pairs, length - 1) layout, so log-prob sums, the sft term,
+reference log-probs (on the fly or precomputed), per-kind metrics, DDP and ZeRO see what they
+saw before.
 
 The attention mask reaches the model in the form its attention implementation takes
 (transformers hands a 4D mask to the attention function untouched):
@@ -55,8 +58,14 @@ MODEL_TYPES = ("qwen3", "qwen2", "llama")
 TREE_SDPA = "selskill_prefix_tree_sdpa"
 DENSE_MASK_ATTENTIONS = ("eager",)
 ATTENTIONS = (TREE_SDPA, "sdpa", "flex_attention", *DENSE_MASK_ATTENTIONS)
-PACKED_KEYS = ("packed_input_ids", "packed_position_ids", "packed_segments", "packed_labels", "packed_index")
-PAD_SEGMENT = -1
+PACKED_KEYS = (
+    "packed_input_ids",
+    "packed_position_ids",
+    "packed_trees",
+    "packed_segments",
+    "packed_labels",
+    "packed_index",
+)
 IGNORE = -100
 
 
@@ -79,13 +88,17 @@ class _Tree:
 
 
 def pack_pairs(
-    examples: Sequence[dict[str, Any]], mode: str, unpacked_length: int, pad_token_id: int
+    examples: Sequence[dict[str, Any]], mode: str, unpacked_length: int
 ) -> dict[str, torch.Tensor]:
     """The packed tensors (`PACKED_KEYS`) for pair rows that MaskedPreferenceCollator lays out unpacked.
 
-    `unpacked_length` is the unpacked batch's padded length: `packed_index` maps each position of
-    the unpacked (2 x pairs, length - 1) per-token outputs (chosen rows first) to the packed
-    position that predicts the same token, or -1 where nothing is trained.
+    The trees sit side by side in one row of shape (1, tokens), so a batch of trees of different
+    lengths needs no padding: `packed_trees` numbers each token's tree, `packed_segments` is 0 on
+    its tree's prefix and k on its k-th continuation. `unpacked_length` is the unpacked batch's
+    padded length: `packed_index` maps each position of the unpacked (2 x pairs, length - 1)
+    per-token outputs (chosen rows first) to the packed position that predicts the same token,
+    counted among the labelled packed positions (the only ones the LM head scores), or -1 where
+    nothing is trained.
     """
     if mode not in ("pair", "branch"):
         raise ValueError(f"pack_pairs packs for mode pair or branch; got {mode!r}")
@@ -104,31 +117,28 @@ def pack_pairs(
         refs.append((t, c, r))
     sides = [(t, c) for t, c, _ in refs] + [(t, r) for t, _, r in refs]  # unpacked rows: chosen first
 
-    rows, starts = [], []  # per tree: (ids, positions, segments, labels); where each continuation starts
-    for tree in trees:
+    ids, pos, tree_ids, seg, lab = [], [], [], [], []
+    starts = []  # per tree, where each continuation starts in the row
+    for t, tree in enumerate(trees):
         p = len(tree.prompt)
         lead = 1 if p else 0  # the prompt's last token, repeated at the head of every continuation
-        ids, pos = tree.prompt[: p - lead], list(range(p - lead))
-        seg, lab = [0] * len(ids), [IGNORE] * len(ids)
-        tree_starts = []
+        ids += tree.prompt[: p - lead]
+        pos += range(p - lead)
+        seg += [0] * (p - lead)
+        lab += [IGNORE] * (p - lead)
+        starts.append([])
         for k, (cont, mask) in enumerate(tree.continuations, start=1):
-            tree_starts.append(len(ids))
+            starts[t].append(len(ids))
             toks = tree.prompt[p - lead :] + cont
             ids += toks
             pos += range(p - lead, p - lead + len(toks))
             seg += [k] * len(toks)
             # position i predicts toks[i + 1]: completion token j = i + 1 - lead
-            nxt = [cont[j] if mask[j] else IGNORE for j in range(1 - lead, len(cont))]
-            lab += nxt + [IGNORE]
-        rows.append((ids, pos, seg, lab))
-        starts.append(tree_starts)
-
-    width = max(len(r[0]) for r in rows)
-    fills = (pad_token_id, 0, PAD_SEGMENT, IGNORE)
-    packed = [
-        torch.tensor([r[i] + [fills[i]] * (width - len(r[i])) for r in rows], dtype=torch.long)
-        for i in range(4)
-    ]
+            lab += [cont[j] if mask[j] else IGNORE for j in range(1 - lead, len(cont))] + [IGNORE]
+        tree_ids += [t] * (len(ids) - len(tree_ids))
+    packed = [torch.tensor([x], dtype=torch.long) for x in (ids, pos, tree_ids, seg, lab)]
+    # the LM head scores only the labelled positions, in order: a position's rank among them
+    rank = ((packed[4][0] != IGNORE).cumsum(0) - 1).tolist()
     index = torch.full((len(sides), unpacked_length - 1), -1, dtype=torch.long)
     for row, (t, c) in enumerate(sides):
         p = len(trees[t].prompt)
@@ -137,39 +147,41 @@ def pack_pairs(
         for j, m in enumerate(mask):
             if m and p + j >= 1:
                 # unpacked position p + j - 1 predicts completion token j; packed: start + lead + j - 1
-                index[row, p + j - 1] = t * width + starts[t][c] + lead + j - 1
+                index[row, p + j - 1] = rank[starts[t][c] + lead + j - 1]
     return dict(zip(PACKED_KEYS, [*packed, index], strict=True))
 
 
 def packed_tokens(batch: dict[str, torch.Tensor]) -> int:
-    """Tokens a packed batch runs through the model (padding excluded)."""
-    return int((batch["packed_segments"] != PAD_SEGMENT).sum())
+    """Tokens a packed batch runs through the model (there is no padding)."""
+    return int(batch["packed_input_ids"].numel())
 
 
 @dataclass
 class TreeLayout:
-    """Per packed row: the prefix length and each continuation's [start, end), as Python ints.
+    """Each tree's prefix [start, end) and its continuations' [start, end), as Python ints.
 
     Read once per forward (one device sync) and handed to every layer's attention call; the
     continuation masks are built once per shape and reused by every layer.
     """
 
-    rows: list[tuple[int, list[tuple[int, int]]]]
+    trees: list[tuple[int, int, list[tuple[int, int]]]]
     _masks: dict = field(default_factory=dict, repr=False)
 
     @classmethod
-    def of(cls, segments: torch.Tensor) -> TreeLayout:
-        rows = []
-        for seg in segments.tolist():
-            prefix = next((i for i, s in enumerate(seg) if s != 0), len(seg))
-            spans, start = [], prefix
-            for i in range(prefix, len(seg) + 1):
-                if i == len(seg) or seg[i] != seg[start]:
-                    if seg[start] != PAD_SEGMENT:
-                        spans.append((start, i))
-                    start = i
-            rows.append((prefix, spans))
-        return cls(rows)
+    def of(cls, trees: torch.Tensor, segments: torch.Tensor) -> TreeLayout:
+        out: list[tuple[int, int, list[tuple[int, int]]]] = []
+        tree, seg = trees[0].tolist(), segments[0].tolist()
+        start = 0
+        for i in range(1, len(seg) + 1):
+            if i == len(seg) or (tree[i], seg[i]) != (tree[start], seg[start]):
+                if seg[start] == 0:
+                    out.append((start, i, []))
+                elif out and tree[start] == tree[out[-1][0]]:
+                    out[-1][2].append((start, i))
+                else:  # a tree without prefix (a one-token prompt)
+                    out.append((start, start, [(start, i)]))
+                start = i
+        return cls(out)
 
     def continuation_mask(self, prefix: int, n: int, device) -> torch.Tensor:
         """(n, prefix + n) bool: every prefix token, then causal within the continuation."""
@@ -181,27 +193,32 @@ class TreeLayout:
         return self._masks[key]
 
 
-def dense_mask(segments: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """(rows, 1, L, L) additive mask of the prefix trees; a padding position attends to itself only."""
+def _allowed(trees: torch.Tensor, segments: torch.Tensor, q, kv):
+    """Whether position q attends to position kv: same tree, causal, and kv in the prefix or q's segment."""
+    return (
+        (trees[0, q] == trees[0, kv])
+        & (kv <= q)
+        & ((segments[0, kv] == 0) | (segments[0, kv] == segments[0, q]))
+    )
+
+
+def dense_mask(trees: torch.Tensor, segments: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """(1, 1, N, N) additive mask of the prefix trees (its size grows with the square of the row)."""
     n = segments.shape[1]
     pos = torch.arange(n, device=segments.device)
-    q, k = segments[:, :, None], segments[:, None, :]
-    allowed = (pos[:, None] >= pos[None, :]) & (k != PAD_SEGMENT) & ((k == 0) | (k == q))
-    allowed |= torch.eye(n, dtype=torch.bool, device=segments.device)
+    allowed = _allowed(trees, segments, pos[:, None], pos[None, :])
     mask = torch.zeros(allowed.shape, dtype=dtype, device=segments.device)
-    return mask.masked_fill(~allowed, torch.finfo(dtype).min)[:, None]
+    return mask.masked_fill(~allowed, torch.finfo(dtype).min)[None, None]
 
 
-def block_mask(segments: torch.Tensor):
-    """The same tree as a FlexAttention BlockMask (its blocks outside the tree are never computed)."""
+def block_mask(trees: torch.Tensor, segments: torch.Tensor):
+    """The same trees as a FlexAttention BlockMask (its blocks outside the trees are never computed)."""
     from torch.nn.attention.flex_attention import create_block_mask
 
-    def tree(b, h, q, kv):
-        sq, sk = segments[b, q], segments[b, kv]
-        return ((kv <= q) & (sk != PAD_SEGMENT) & ((sk == 0) | (sk == sq))) | (q == kv)
-
-    rows, n = segments.shape
-    return create_block_mask(tree, rows, None, n, n, device=segments.device)
+    n = segments.shape[1]
+    return create_block_mask(
+        lambda b, h, q, kv: _allowed(trees, segments, q, kv), 1, None, n, n, device=segments.device
+    )
 
 
 # --- the attention ------------------------------------------------------------------------------------------
@@ -234,31 +251,38 @@ def _tree_sdpa(
             is_causal=is_causal,
             **kwargs,
         )
+    groups = query.shape[1] // key.shape[1]
+    native_gqa = _native_gqa(query.device)
+    if groups > 1 and not native_gqa:
+        # as transformers does under a mask: torch's memory-efficient kernel takes a mask but not
+        # grouped K/V, and the math fallback would keep every score for the backward
+        from transformers.integrations.sdpa_attention import repeat_kv
+
+        key, value = repeat_kv(key, groups), repeat_kv(value, groups)
     sdpa = functools.partial(
         torch.nn.functional.scaled_dot_product_attention,
         dropout_p=dropout,
         scale=scaling,
-        enable_gqa=query.shape[1] != key.shape[1],
+        enable_gqa=native_gqa and groups > 1,  # on a CPU without copying K/V (selskill.policy.hf does too)
     )
     out = []
-    for r, (prefix, spans) in enumerate(prefix_tree.rows):
-        q, k, v = query[r : r + 1], key[r : r + 1], value[r : r + 1]
-        parts = []
-        if prefix:
-            parts.append(sdpa(q[:, :, :prefix], k[:, :, :prefix], v[:, :, :prefix], is_causal=True))
+    for a, b, spans in prefix_tree.trees:
+        if b > a:
+            out.append(sdpa(query[:, :, a:b], key[:, :, a:b], value[:, :, a:b], is_causal=True))
         for start, end in spans:
-            if prefix:
-                kk = torch.cat([k[:, :, :prefix], k[:, :, start:end]], dim=2)
-                vv = torch.cat([v[:, :, :prefix], v[:, :, start:end]], dim=2)
-                mask = prefix_tree.continuation_mask(prefix, end - start, query.device)
-                parts.append(sdpa(q[:, :, start:end], kk, vv, attn_mask=mask))
+            if b > a:
+                kk = torch.cat([key[:, :, a:b], key[:, :, start:end]], dim=2)
+                vv = torch.cat([value[:, :, a:b], value[:, :, start:end]], dim=2)
+                mask = prefix_tree.continuation_mask(b - a, end - start, query.device)
+                out.append(sdpa(query[:, :, start:end], kk, vv, attn_mask=mask))
             else:
-                parts.append(sdpa(q[:, :, start:end], k[:, :, start:end], v[:, :, start:end], is_causal=True))
-        used = spans[-1][1] if spans else prefix
-        if used < query.shape[2]:  # padding: its outputs are never read
-            parts.append(q.new_zeros(1, q.shape[1], query.shape[2] - used, q.shape[3]))
-        out.append(torch.cat(parts, dim=2))
-    return torch.cat(out, dim=0).transpose(1, 2).contiguous(), None
+                q, k, v = (x[:, :, start:end] for x in (query, key, value))
+                out.append(sdpa(q, k, v, is_causal=True))
+    return torch.cat(out, dim=2).transpose(1, 2).contiguous(), None
+
+
+def _native_gqa(device: torch.device) -> bool:
+    return device.type == "cpu"
 
 
 @functools.cache
@@ -312,6 +336,7 @@ def enable(model, mode: str) -> None:
         *args,
         packed_input_ids=None,
         packed_position_ids=None,
+        packed_trees=None,
         packed_segments=None,
         packed_labels=None,
         packed_index=None,
@@ -331,23 +356,40 @@ def enable(model, mode: str) -> None:
             # a 4D tensor reaches the attention function untouched; the layout rides along as a kwarg,
             # which gradient checkpointing replays with the layer
             mask = packed_segments[:, None, None, :]
-            kwargs["prefix_tree"] = TreeLayout.of(packed_segments)
+            kwargs["prefix_tree"] = TreeLayout.of(packed_trees, packed_segments)
         elif impl == "flex_attention":
-            mask = block_mask(packed_segments)
+            mask = block_mask(packed_trees, packed_segments)
         else:
-            mask = dense_mask(packed_segments, self.dtype)
+            mask = dense_mask(packed_trees, packed_segments, self.dtype)
+        keep = (packed_labels != IGNORE).reshape(-1).nonzero().squeeze(1)
         out = inner(
             input_ids=packed_input_ids,
             position_ids=packed_position_ids,
             attention_mask=mask,
-            shift_labels=packed_labels,
+            shift_labels=packed_labels.reshape(-1)[keep][None],
             fused_lm_head=True,
+            prefix_tree_keep=keep,
             **kwargs,
         )
         return unpack(out, packed_index)
 
     model.forward = types.MethodType(forward, model)
+    model.base_model.register_forward_hook(_keep_labelled, with_kwargs=True)
     model._prefix_tree_forward = True
+
+
+def _keep_labelled(module, args, kwargs, output):
+    """The backbone's output cut to the labelled positions of a packed batch.
+
+    TRL's fused head scores every position where Triton is unavailable (the CPU); a packed row
+    is mostly prompt, whose positions predict nothing, so the head would spend most of its work
+    there. The trees are run whole; only what reaches the head is cut.
+    """
+    keep = kwargs.get("prefix_tree_keep")
+    if keep is not None:
+        hidden = output.last_hidden_state
+        output.last_hidden_state = hidden.reshape(-1, hidden.shape[-1])[keep][None]
+    return output
 
 
 def unpack(out, index: torch.Tensor):

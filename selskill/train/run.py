@@ -484,6 +484,7 @@ def dry_run(run, policy, cfg, out=print) -> dict:
             else ""
         )
         + f", gradient checkpointing {cfg.gradient_checkpointing}, precompute_ref_log_probs {cfg.precompute_ref_log_probs}"
+        + f", prefix sharing {cfg.train_prefix_sharing}"
     )
     if n is None:
         examples = ", ".join(f"{p} pairs -> {count_steps(p, cfg, world)}" for p in (500, 2000, 10000))

@@ -84,9 +84,7 @@ class MaskedPreferenceCollator(DataCollatorForPreference):
                 output[key] = torch.tensor([ex[key] for ex in examples])
         if self.prefix_sharing != "none":
             output.update(
-                prefix_sharing.pack_pairs(
-                    examples, self.prefix_sharing, output["input_ids"].shape[1], self.pad_token_id
-                )
+                prefix_sharing.pack_pairs(examples, self.prefix_sharing, output["input_ids"].shape[1])
             )
         return output
 
