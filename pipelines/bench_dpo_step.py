@@ -317,7 +317,9 @@ def round_bench(args) -> int:
     load = os.getloadavg()
     cfg, tok, examples, shards = _round_inputs(args)
     trainers = _round_trainers(args, cfg, tok, examples)
-    groups = prompt_groups([e["prompt_ids"] for e in examples])
+    # a local pair branching at the first turn has its task's episode prompt: kept apart, so that
+    # every row of the table holds one kind only (training would share that prompt too)
+    groups = prompt_groups([[e["kind"] == "local", *e["prompt_ids"]] for e in examples])
     groups.sort(key=lambda g: examples[g[0]]["kind"] != "local")  # local branch points first
     rows = {
         mode: {"local": [0, 0.0, []], "episode": [0, 0.0, []]} for mode in MODES
@@ -336,7 +338,7 @@ def round_bench(args) -> int:
             row[2].append(loss)
     n_local = sum(e["kind"] == "local" for e in examples)
     print(
-        f"\nround {args.round}: {len(examples)} pairs ({n_local} local) at {len(groups)} prompts; policy "
+        f"\nround {args.round}: {len(examples)} pairs ({n_local} local) at {len(groups)} prompts (per kind); policy "
         f"{args.policy}; recipe {args.recipe} (window n={cfg.train_window_n}, loss {'+'.join(cfg.loss_type)}); "
         f"torch threads {torch.get_num_threads()}; load average at start {load[0]:.2f}, now {os.getloadavg()[0]:.2f}"
     )

@@ -35,7 +35,7 @@ The attention mask reaches the model in the form its attention implementation ta
   (prefix with `is_causal`, each continuation against prefix + itself). A dense 4D mask
   through one SDPA call is exact too, but computes every masked-out score: on a CPU it makes
   the packed attention as slow as the unpacked one. Per segment it does only the needed part.
-- `eager`: a dense additive 4D mask.
+- `eager`: a dense additive 4D mask over the whole row (memory grows with its square).
 - `flex_attention`: a FlexAttention block mask (its blocks outside the tree are skipped).
 Model types whose attention goes through `AttentionInterface` with full (not sliding) attention
 and explicit position ids take these masks; `MODEL_TYPES` are the ones the exactness tests run.
@@ -56,8 +56,7 @@ from selskill.config.train import PREFIX_SHARING_CHOICES
 MODES = PREFIX_SHARING_CHOICES  # the values of the recipe key train_prefix_sharing
 MODEL_TYPES = ("qwen3", "qwen2", "llama")
 TREE_SDPA = "selskill_prefix_tree_sdpa"
-DENSE_MASK_ATTENTIONS = ("eager",)
-ATTENTIONS = (TREE_SDPA, "sdpa", "flex_attention", *DENSE_MASK_ATTENTIONS)
+ATTENTIONS = (TREE_SDPA, "sdpa", "eager", "flex_attention")  # the ones a prefix-tree mask reaches
 PACKED_KEYS = (
     "packed_input_ids",
     "packed_position_ids",
@@ -224,45 +223,22 @@ def block_mask(trees: torch.Tensor, segments: torch.Tensor):
 # --- the attention ------------------------------------------------------------------------------------------
 
 
-def _tree_sdpa(
-    module,
-    query,
-    key,
-    value,
-    attention_mask,
-    dropout=0.0,
-    scaling=None,
-    is_causal=None,
-    prefix_tree=None,
-    **kwargs,
-):
-    """transformers' sdpa attention; on packed rows (`prefix_tree` given), SDPA per tree segment."""
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+def _tree_sdpa(module, query, key, value, attention_mask, prefix_tree=None, **kwargs):
+    """transformers' sdpa attention; on a packed row (`prefix_tree` given), SDPA per tree segment."""
+    from transformers.integrations.sdpa_attention import repeat_kv, sdpa_attention_forward
 
     if prefix_tree is None:
-        return sdpa_attention_forward(
-            module,
-            query,
-            key,
-            value,
-            attention_mask,
-            dropout=dropout,
-            scaling=scaling,
-            is_causal=is_causal,
-            **kwargs,
-        )
+        return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
     groups = query.shape[1] // key.shape[1]
     native_gqa = _native_gqa(query.device)
     if groups > 1 and not native_gqa:
         # as transformers does under a mask: torch's memory-efficient kernel takes a mask but not
         # grouped K/V, and the math fallback would keep every score for the backward
-        from transformers.integrations.sdpa_attention import repeat_kv
-
         key, value = repeat_kv(key, groups), repeat_kv(value, groups)
     sdpa = functools.partial(
         torch.nn.functional.scaled_dot_product_attention,
-        dropout_p=dropout,
-        scale=scaling,
+        dropout_p=kwargs.get("dropout", 0.0),
+        scale=kwargs.get("scaling"),
         enable_gqa=native_gqa and groups > 1,  # on a CPU without copying K/V (selskill.policy.hf does too)
     )
     out = []
