@@ -1,11 +1,12 @@
-"""TRL's DPOTrainer with a per-token loss mask (and metrics split by pair kind); nothing else changed.
+"""TRL's DPOTrainer with a per-token loss mask and metrics split by pair kind; the loss stays TRL's.
 
 TRL 1.16 computes every log-probability (policy and reference, on the fly or precomputed)
 from `completion_mask`: tokens where it is 0 get label -100, a log-prob of exactly 0 and no
 gradient. So the whole method is: a collator that puts our loss mask into `completion_mask`,
 a `_prepare_dataset` that lets pre-tokenized rows through (the stock one re-tokenizes text),
 and signature columns that keep the mask columns. Loss, reference handling, DeepSpeed/DDP,
-precompute and logging stay TRL's.
+precompute and logging stay TRL's. With `train_prefix_sharing` the same batches also run as
+prefix trees (selskill.train.prefix_sharing), behind the model's forward, with the same loss.
 
 The overridden hooks are private to trl: trl is pinned (pyproject) and
 tests/test_train_trainer.py::test_trl_contract fails loudly if an upgrade changes them.
