@@ -149,8 +149,13 @@ test-pretrained: $(PRETRAINED_STAMP)  ## the pretrained-model path on SmolLM2-13
 test-multiproc: $(STAMP)  ## 2-process CPU accelerate launches (DDP/gloo, ZeRO-2, ZeRO-3) reach the 1-process loss (~2 min)
 	WANDB_MODE=disabled $(BIN)/python -m pytest -q -m slow tests/test_train_multiprocess.py
 
-bench-dpo: $(STAMP)  ## one DPO step: SelSkillDPOTrainer vs stock trl.DPOTrainer (time ratio, loss); see docs/benchmarks.md
-	WANDB_MODE=disabled $(BIN)/python pipelines/bench_dpo_step.py
+# bench-dpo with BENCH_ROUND=runs/<exp>/round_<r> BENCH_POLICY=<the model that round trains>: that round's
+# real pairs through stock TRL, ours unpacked, pair and branch, then the whole train stage per mode
+BENCH_ROUND ?=
+BENCH_POLICY ?=
+BENCH_RECIPE ?= recipes/tiny.yaml
+bench-dpo: $(STAMP)  ## DPO steps: ours vs stock trl.DPOTrainer (time, loss); BENCH_ROUND=... BENCH_POLICY=...: prefix sharing on a real round; see docs/benchmarks.md
+	WANDB_MODE=disabled OMP_NUM_THREADS=1 $(BIN)/python pipelines/bench_dpo_step.py $(if $(BENCH_ROUND),--round $(BENCH_ROUND) --policy $(BENCH_POLICY) --recipe $(BENCH_RECIPE) --train-stage)
 
 # --- report and pair-inspection notebook ---------------------------------------------------
 EXP ?= tiny

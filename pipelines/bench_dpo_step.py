@@ -1,4 +1,6 @@
-"""Benchmark: one DPO step with SelSkillDPOTrainer vs stock trl.DPOTrainer on the same batch.
+"""Benchmark: DPO steps with SelSkillDPOTrainer vs stock trl.DPOTrainer on the same batches.
+
+Two modes. Without --round: synthetic pairs, one step of our trainer against TRL's:
 
 Both trainers get the same tokenized batch, with our loss mask equal to the plain completion
 mask (1 on every completion token), the same freshly built model and the same reference. The
@@ -7,6 +9,23 @@ step is forward + backward + optimizer step; steps alternate between the two tra
 neighbour slows both alike. Prints both loss trajectories (they must agree) and the time ratio (ours / stock).
 
     OMP_NUM_THREADS=1 python pipelines/bench_dpo_step.py [--pairs 4 --prompt 384 --completion 256 --steps 20]
+
+With --round DIR (a round directory with label shards) and --policy: that round's real pairs,
+fitted by the recipe's train section, go once through each of stock TRL, ours unpacked
+(train_prefix_sharing none), `pair` and `branch`, side by side in one process. A step is the
+pairs of one branch point (one prompt after fitting): stock, none and pair take them one pair
+per micro-batch (the recipes' batch 1), branch all at once; then one AdamW step. `none-bp` is
+ours unpacked on branch's micro-batches: the loss branch must reproduce (the sft term averages
+over a micro-batch's tokens, so batching changes it; packing must not). Policy and
+reference start as the round's policy, the reference runs every step (no precompute), and the
+modes take turns on every branch point so that a busy neighbour slows all alike. It prints
+tokens through the model, step time and loss per mode for the local pairs, the episode pairs
+and both; stock TRL trains every completion token (no loss mask), so its loss differs. With
+--train-stage it then times the whole train stage (`selskill.train.run`, the recipe as is)
+once per mode on a copy of the round's shards:
+
+    OMP_NUM_THREADS=1 python pipelines/bench_dpo_step.py --round runs/m27x/round_1 \
+        --policy runs/m27/round_0/train/model [--recipe recipes/tiny.yaml] [--train-stage]
 """
 
 from __future__ import annotations
@@ -33,6 +52,14 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--layers", type=int, default=4, help="decoder layers (default 4)")
     p.add_argument("--bf16", action="store_true", help="bf16 mixed precision (GPU)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--round", help="a round directory whose label/shards hold real pairs (round mode)")
+    p.add_argument("--policy", help="round mode: the policy that round trains (a model directory)")
+    p.add_argument(
+        "--recipe", default="recipes/tiny.yaml", help="round mode: whose train section fits the pairs"
+    )
+    p.add_argument(
+        "--train-stage", action="store_true", help="round mode: also time the whole train stage per mode"
+    )
     return p
 
 
@@ -58,6 +85,11 @@ def _batch_rows(vocab: int, args, rng) -> list[dict]:
 def main(argv: Sequence[str] | None = None) -> int:
     args = make_parser().parse_args(argv)
     os.environ.setdefault("WANDB_MODE", "disabled")
+    if args.round:
+        if not args.policy:
+            print("error: --round needs --policy, the model directory that round trains", file=sys.stderr)
+            return 2
+        return round_bench(args)
     import numpy as np
     import torch
     from datasets import Dataset
@@ -169,6 +201,201 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"ours {med['ours'] * 1e3:.1f} ms  ratio ours/stock {med['ours'] / med['stock']:.3f}"
     )
     return 0
+
+
+# --- round mode -----------------------------------------------------------------------------------------
+
+MODES = ("stock", "none", "pair", "none-bp", "branch")
+BY_BRANCH_POINT = ("none-bp", "branch")  # one micro-batch per branch point; the others one per pair
+# the loss each mode must reproduce: ours unpacked on the same micro-batches (the sft term averages
+# over a micro-batch's tokens, so the batching, not the packing, decides its value)
+SAME_BATCHES = {"stock": "none", "none": "none", "pair": "none", "none-bp": "none-bp", "branch": "none-bp"}
+
+
+def _round_inputs(args):
+    """(train config, tokenizer, fitted examples, shard paths) of the round, as its train stage builds them."""
+    from pathlib import Path
+
+    from transformers import AutoTokenizer
+
+    from selskill.data.shards import read_shards
+    from selskill.train.pairs import build_from_config
+    from selskill.train.run import parse
+
+    shards = sorted((Path(args.round) / "label" / "shards").glob("*.parquet"))
+    if not shards:
+        raise SystemExit(
+            f"error: no label shards under {args.round}/label/shards: --round takes a round directory"
+        )
+    _, _, cfg = parse(["--config", args.recipe, "--report_to", "none", "--bf16", "false"])
+    tok = AutoTokenizer.from_pretrained(args.policy)
+    examples, stats = build_from_config(read_shards(shards, "pair"), cfg, tok)
+    print(stats.report())
+    return cfg, tok, examples, shards
+
+
+def _round_trainers(args, cfg, tok, examples):
+    import copy
+
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM
+    from trl import DPOTrainer
+
+    from selskill.train.pairs import examples_to_dataset
+    from selskill.train.trainer import SelSkillDPOTrainer
+
+    def model():
+        return AutoModelForCausalLM.from_pretrained(args.policy)
+
+    trainers = {}
+    for mode in MODES:
+        conf = copy.deepcopy(cfg)
+        conf.output_dir = tempfile.mkdtemp(prefix=f"bench_dpo_{mode}_")
+        conf.train_prefix_sharing = mode if mode in ("pair", "branch") else "none"
+        conf.precompute_ref_log_probs = False
+        conf.disable_tqdm, conf.save_strategy = True, "no"
+        if mode == "stock":  # TRL's own collator and dataset preparation (a text dataset: see main)
+            text = Dataset.from_dict(
+                {"prompt": ["a task"] * 2, "chosen": [" good"] * 2, "rejected": [" bad"] * 2}
+            )
+            trainers[mode] = DPOTrainer(
+                model(), ref_model=model(), args=conf, train_dataset=text, processing_class=tok
+            )
+        else:
+            trainers[mode] = SelSkillDPOTrainer(
+                model(),
+                ref_model=model(),
+                args=conf,
+                train_dataset=examples_to_dataset(examples),
+                processing_class=tok,
+            )
+    return trainers
+
+
+def _micro_batches(trainer, mode, pairs):
+    """Collated micro-batches of one step: one per pair, or the whole branch point for `branch`."""
+    groups = [pairs] if mode in BY_BRANCH_POINT else [[p] for p in pairs]
+    if mode == "stock":
+        keys = ("prompt_ids", "chosen_ids", "rejected_ids")
+        return [trainer.data_collator([{k: p[k] for k in keys} for p in g]) for g in groups]
+    return [trainer.data_collator(g) for g in groups]
+
+
+def _tokens(batch) -> int:
+    from selskill.train.prefix_sharing import packed_tokens
+
+    return packed_tokens(batch) if "packed_segments" in batch else int(batch["input_ids"].numel())
+
+
+def _round_step(trainer, batches, weights):
+    import torch
+
+    if trainer.optimizer is None:
+        trainer.create_optimizer()
+    trainer.model.train()
+    start = time.perf_counter()
+    total = 0.0
+    for batch, weight in zip(batches, weights, strict=True):
+        batch = {k: v.to(trainer.args.device) for k, v in batch.items()}
+        with trainer.compute_loss_context_manager():
+            loss = trainer.compute_loss(trainer.model, batch)
+        (loss * weight).backward()
+        total += loss.item() * weight
+    trainer.optimizer.step()
+    trainer.optimizer.zero_grad(set_to_none=True)
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    return time.perf_counter() - start, total
+
+
+def round_bench(args) -> int:
+    import torch
+
+    from selskill.train.prefix_sharing import prompt_groups
+
+    torch.manual_seed(args.seed)
+    load = os.getloadavg()
+    cfg, tok, examples, shards = _round_inputs(args)
+    trainers = _round_trainers(args, cfg, tok, examples)
+    # a local pair branching at the first turn has its task's episode prompt: kept apart, so that
+    # every row of the table holds one kind only (training would share that prompt too)
+    groups = prompt_groups([[e["kind"] == "local", *e["prompt_ids"]] for e in examples])
+    groups.sort(key=lambda g: examples[g[0]]["kind"] != "local")  # local branch points first
+    rows = {
+        mode: {"local": [0, 0.0, []], "episode": [0, 0.0, []]} for mode in MODES
+    }  # tokens, seconds, losses
+    for step, group in enumerate(groups):
+        pairs = [examples[i] for i in group]
+        kind = pairs[0]["kind"]
+        order = MODES[step % len(MODES) :] + MODES[: step % len(MODES)]
+        for mode in order:
+            batches = _micro_batches(trainers[mode], mode, pairs)
+            weights = [1.0] if mode in BY_BRANCH_POINT else [1 / len(pairs)] * len(pairs)
+            seconds, loss = _round_step(trainers[mode], batches, weights)
+            row = rows[mode][kind]
+            row[0] += sum(_tokens(b) for b in batches)
+            row[1] += seconds
+            row[2].append(loss)
+    n_local = sum(e["kind"] == "local" for e in examples)
+    print(
+        f"\nround {args.round}: {len(examples)} pairs ({n_local} local) at {len(groups)} prompts (per kind); policy "
+        f"{args.policy}; recipe {args.recipe} (window n={cfg.train_window_n}, loss {'+'.join(cfg.loss_type)}); "
+        f"torch threads {torch.get_num_threads()}; load average at start {load[0]:.2f}, now {os.getloadavg()[0]:.2f}"
+    )
+    print(
+        f"{'pairs':9} {'mode':7} {'tokens':>9} {'seconds':>9} {'vs stock':>9} {'mean loss':>11} {'max |loss - unpacked|':>22}"
+    )
+    for label, kinds in (("local", ["local"]), ("episode", ["episode"]), ("all", ["local", "episode"])):
+        stock_s = sum(rows["stock"][k][1] for k in kinds)
+        for mode in MODES:
+            tokens = sum(rows[mode][k][0] for k in kinds)
+            seconds = sum(rows[mode][k][1] for k in kinds)
+            losses = [x for k in kinds for x in rows[mode][k][2]]
+            if not losses:
+                continue
+            same = [x for k in kinds for x in rows[SAME_BATCHES[mode]][k][2]]
+            diff = max(abs(a - b) for a, b in zip(losses, same, strict=True))
+            print(
+                f"{label:9} {mode:7} {tokens:9d} {seconds:9.2f} {stock_s / seconds:8.2f}x "
+                f"{sum(losses) / len(losses):11.6f} {diff:22.2e}"
+            )
+    if args.train_stage:
+        train_stage_times(args, shards)
+    return 0
+
+
+def train_stage_times(args, shards) -> None:
+    """The whole train stage (selskill.train.run on the recipe) once per prefix-sharing mode."""
+    import json
+    import shutil
+    from pathlib import Path
+
+    from selskill.train.run import parse, run_train
+
+    os.environ["TQDM_DISABLE"] = "1"  # TRL's reference precompute bar
+    root = Path(tempfile.mkdtemp(prefix="bench_dpo_stage_"))
+    print("\ntrain stage (recipe as is, wall seconds incl. loading, reference precompute, saving):")
+    variants = [("none", []), ("pair", []), ("branch", []),
+                ("branch", ["--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "1"])]  # fmt: skip
+    for mode, extra in variants:
+        exp = f"{mode}{'-b4' if extra else ''}"
+        label = root / exp / "round_1" / "label" / "shards"
+        label.mkdir(parents=True)
+        for p in shards:
+            shutil.copy(p, label / p.name)
+        argv = ["--config", args.recipe, "--runs_dir", str(root), "--exp", exp, "--round", "1",
+                "--model_name_or_path", args.policy, "--train_prefix_sharing", mode, "--report_to", "none",
+                "--save_strategy", "no", "--disable_tqdm", "true", "--logging_steps", "100000", *extra]  # fmt: skip
+        start = time.perf_counter()
+        run_train(*parse(argv))
+        wall = time.perf_counter() - start
+        done = json.loads((root / exp / "round_1" / "train" / "COMPLETED").read_text())
+        print(
+            f"  {exp:9} {wall:8.1f} s wall, {done['seconds']:8.1f} s trainer, {done['global_step']} steps, "
+            f"train_loss {done['train_loss']:.6f}, load average {os.getloadavg()[0]:.2f}",
+            flush=True,
+        )
+    shutil.rmtree(root, ignore_errors=True)
 
 
 if __name__ == "__main__":

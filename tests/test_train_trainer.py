@@ -119,6 +119,9 @@ TRL_SOURCES = {
     "DPOTrainer._compute_loss": "5e58a1699e0d76cd",  # relied on: labels/log-probs from completion_mask
     "DPOTrainer._precompute_ref_logps": "f2c098c7da6ca701",  # relied on: uses self.data_collator, cache by path
     "DataCollatorForPreference.torch_call": "0b8bb4c294bf8420",  # mirrored by MaskedPreferenceCollator
+    "DPOTrainer._get_train_sampler": "1580d7493244e637",  # overridden for branch: rows by branch point
+    # relied on by prefix_sharing: the fused forward takes pre-shifted `shift_labels` and the 4D mask as given
+    "utils.add_fused_lm_head": "422d009f04b66659",
 }
 
 
@@ -135,7 +138,13 @@ def test_trl_contract():
     overridden = {n for n in vars(SelSkillDPOTrainer) if hasattr(DPOTrainer, n) and not n.startswith("__")}
     assert overridden == set(OVERRIDDEN_HOOKS), "list every overridden DPOTrainer method in OVERRIDDEN_HOOKS"
     assert {f"DPOTrainer.{n}" for n in OVERRIDDEN_HOOKS} <= set(TRL_SOURCES)
-    owners = {"DPOTrainer": DPOTrainer, "DataCollatorForPreference": DataCollatorForPreference}
+    from trl.trainer import utils
+
+    owners = {
+        "DPOTrainer": DPOTrainer,
+        "DataCollatorForPreference": DataCollatorForPreference,
+        "utils": utils,
+    }
     changed = []
     for qualname, expected in TRL_SOURCES.items():
         owner, name = qualname.split(".")
@@ -161,7 +170,8 @@ def test_trl_contract():
 
 def test_masked_out_positions_get_exactly_zero_gradient(tok, tmp_path):
     ex = _local_example(tok, n=1)
-    trainer = _trainer(tok, [ex], tmp_path)
+    # the unpacked rows' hidden states are read below (packed rows: tests/test_train_prefix_sharing.py)
+    trainer = _trainer(tok, [ex], tmp_path, train_prefix_sharing="none")
     batch = _on_device(trainer, trainer.data_collator([ex]))
     mask = batch["completion_mask"].cpu()
     grabbed = {}

@@ -24,6 +24,7 @@ PAIR_KIND_CHOICES = ("episode", "local", "both")
 OVERFLOW_CHOICES = ("skip", "error")
 BRANCH_POOL_CHOICES = ("all", "ordinary", "post_skill")
 LOCAL_REASON_CHOICES = ("all", "success_vs_failure", "success_rate", "efficiency")
+PREFIX_SHARING_CHOICES = ("none", "pair", "branch")  # selskill/train/prefix_sharing.py
 
 
 def bf16_available() -> bool:
@@ -173,6 +174,17 @@ class TrainConfig(DPOConfig, ModelConfig):
             "choices": list(OVERFLOW_CHOICES),
         },
     )
+    train_prefix_sharing: str = field(
+        default="pair",
+        metadata={
+            "help": "run pairs as prefix trees, with the same loss and gradients: pair = [prompt][chosen][rejected] "
+            "in one sequence, the prompt computed once per pair instead of twice; branch = every pair of a batch "
+            "with the same prompt in one tree, each distinct continuation once, and training rows ordered by "
+            "branch point (pays with per_device_train_batch_size > 1); none = one sequence per side (TRL's "
+            "layout). Needs a qwen3, qwen2 or llama policy with sdpa, eager or flex_attention attention",
+            "choices": list(PREFIX_SHARING_CHOICES),
+        },
+    )
     train_accelerate_config: str = field(
         default="",
         metadata={
@@ -218,6 +230,10 @@ class TrainConfig(DPOConfig, ModelConfig):
         if self.train_local_reasons not in LOCAL_REASON_CHOICES:
             raise ValueError(
                 f"train_local_reasons must be one of {', '.join(LOCAL_REASON_CHOICES)}; got {self.train_local_reasons!r}"
+            )
+        if self.train_prefix_sharing not in PREFIX_SHARING_CHOICES:
+            raise ValueError(
+                f"train_prefix_sharing must be one of {', '.join(PREFIX_SHARING_CHOICES)}; got {self.train_prefix_sharing!r}"
             )
         if self.train_max_pairs < 0:
             raise ValueError(f"train_max_pairs must be >= 0 (0 = no limit); got {self.train_max_pairs}")

@@ -636,6 +636,7 @@ def dry_run(run, policy, cfg, out=print) -> dict:
             else ""
         )
         + f", gradient checkpointing {cfg.gradient_checkpointing}, precompute_ref_log_probs {cfg.precompute_ref_log_probs}"
+        + f", prefix sharing {cfg.train_prefix_sharing}"
     )
     out(f"  peft: {describe(info['peft'])}")
     if n is None:

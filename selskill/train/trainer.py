@@ -1,11 +1,12 @@
-"""TRL's DPOTrainer with a per-token loss mask (and metrics split by pair kind); nothing else changed.
+"""TRL's DPOTrainer with a per-token loss mask and metrics split by pair kind; the loss stays TRL's.
 
 TRL 1.16 computes every log-probability (policy and reference, on the fly or precomputed)
 from `completion_mask`: tokens where it is 0 get label -100, a log-prob of exactly 0 and no
 gradient. So the whole method is: a collator that puts our loss mask into `completion_mask`,
 a `_prepare_dataset` that lets pre-tokenized rows through (the stock one re-tokenizes text),
 and signature columns that keep the mask columns. Loss, reference handling, DeepSpeed/DDP,
-precompute and logging stay TRL's.
+precompute and logging stay TRL's. With `train_prefix_sharing` the same batches also run as
+prefix trees (selskill.train.prefix_sharing), behind the model's forward, with the same loss.
 
 The overridden hooks are private to trl: pyproject.toml allows one trl release line,
 constraints.txt pins the release checked, and tests/test_train_trainer.py::test_trl_contract
@@ -23,6 +24,7 @@ from trl.trainer.dpo_trainer import DataCollatorForPreference
 from trl.trainer.utils import pad
 
 from selskill.data.schema import PAIR_KINDS
+from selskill.train import prefix_sharing
 from selskill.train.pairs import KIND_IDS, TOKEN_COLUMNS
 
 # The trl version the overrides were checked against, and every DPOTrainer method this class overrides
@@ -33,6 +35,7 @@ OVERRIDDEN_HOOKS = (
     "_set_signature_columns_if_needed",
     "compute_ref_log_probs",
     "compute_loss",
+    "_get_train_sampler",
 )
 EXTRA_COLUMNS = ("chosen_loss_mask", "rejected_loss_mask", "kind")
 
@@ -44,8 +47,11 @@ class MaskedPreferenceCollator(DataCollatorForPreference):
     Sequences are [prompt + chosen] for the first half of the batch and [prompt + rejected] for
     the second, right-padded, as TRL expects. Rows must already fit `max_length` (see
     selskill.train.pairs): this collator never truncates, so it can never cut a trained window.
-    Adds `pair_kind` (0 episode, 1 local) for the per-kind metrics.
+    Adds `pair_kind` (0 episode, 1 local) for the per-kind metrics, and with `prefix_sharing`
+    pair or branch the same pairs packed as prefix trees (selskill.train.prefix_sharing).
     """
+
+    prefix_sharing: str = "none"
 
     def torch_call(self, examples: list[dict[str, Any]]) -> dict[str, Any]:
         input_ids, completion_mask = [], []
@@ -78,6 +84,10 @@ class MaskedPreferenceCollator(DataCollatorForPreference):
         for key in ("ref_chosen_logps", "ref_rejected_logps"):
             if key in examples[0]:
                 output[key] = torch.tensor([ex[key] for ex in examples])
+        if self.prefix_sharing != "none":
+            output.update(
+                prefix_sharing.pack_pairs(examples, self.prefix_sharing, output["input_ids"].shape[1])
+            )
         return output
 
 
@@ -85,10 +95,17 @@ class SelSkillDPOTrainer(DPOTrainer):
     """DPOTrainer on pre-tokenized pair rows with per-token loss masks (columns: TOKEN_COLUMNS + kind).
 
     Logs TRL's metrics over the whole batch plus `<kind>/rewards/{chosen,rejected,margins,accuracies}`
-    and `<kind>/loss` (sigmoid loss) per pair kind.
+    and `<kind>/loss` (sigmoid loss) per pair kind. `args.train_prefix_sharing` (pair | branch;
+    absent = none) runs each batch as prefix trees, with the same loss; branch also orders the
+    training rows by branch point (BranchPointSampler) so that a batch holds pairs that share one.
     """
 
     def __init__(self, model, ref_model=None, args=None, data_collator=None, processing_class=None, **kwargs):
+        self.prefix_sharing = getattr(args, "train_prefix_sharing", "none")
+        if self.prefix_sharing not in prefix_sharing.MODES:
+            raise ValueError(
+                f"train_prefix_sharing must be one of {', '.join(prefix_sharing.MODES)}; got {self.prefix_sharing!r}"
+            )
         if data_collator is None:
             if processing_class is None:
                 raise ValueError(
@@ -102,6 +119,7 @@ class SelSkillDPOTrainer(DPOTrainer):
                 pad_token_id=pad_id,
                 max_length=args.max_length if args is not None else None,
                 pad_to_multiple_of=args.pad_to_multiple_of if args is not None else None,
+                prefix_sharing=self.prefix_sharing,
             )
         self._capture: dict[str, list[torch.Tensor]] | None = None
         super().__init__(
@@ -112,6 +130,7 @@ class SelSkillDPOTrainer(DPOTrainer):
             processing_class=processing_class,
             **kwargs,
         )
+        self._enable_packing(self.model)  # an unsupported model fails here, before any step
         self._hooks = [self.model.register_forward_hook(self._capture_hook("policy"))]
         if self.ref_model is not None:
             ref = getattr(self.ref_model, "module", self.ref_model)  # DeepSpeed engine / DDP wrapper
@@ -140,6 +159,27 @@ class SelSkillDPOTrainer(DPOTrainer):
 
     # (the collator above is the third)
 
+    # --- prefix sharing ------------------------------------------------------------------------------------
+
+    def _enable_packing(self, model) -> None:
+        """Let the policy and the reference run packed batches (on first use: TRL builds and wraps them)."""
+        if self.prefix_sharing == "none":
+            return
+        from accelerate.utils import is_peft_model
+
+        for m in (model, getattr(self, "ref_model", None)):
+            if m is None:
+                continue
+            m = self.accelerator.unwrap_model(m)  # DDP, DeepSpeed engines
+            prefix_sharing.enable(m.get_base_model() if is_peft_model(m) else m, self.prefix_sharing)
+
+    def _get_train_sampler(self, train_dataset=None):
+        dataset = self.train_dataset if train_dataset is None else train_dataset
+        if self.prefix_sharing != "branch" or dataset is None:
+            return super()._get_train_sampler(train_dataset)
+        groups = prefix_sharing.prompt_groups(dataset["prompt_ids"])
+        return prefix_sharing.BranchPointSampler(groups, seed=self.args.seed)
+
     # --- per-kind metrics --------------------------------------------------------------------------------
 
     def _capture_hook(self, name: str):
@@ -150,10 +190,12 @@ class SelSkillDPOTrainer(DPOTrainer):
         return hook
 
     def compute_ref_log_probs(self, model, inputs):
+        self._enable_packing(model)
         inputs = {k: v for k, v in inputs.items() if k != "pair_kind"}
         return super().compute_ref_log_probs(model, inputs)
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        self._enable_packing(model)
         kinds = inputs.pop("pair_kind", None)
         per_kind = kinds is not None and self.ld_alpha is None and self.f_divergence_type == "reverse_kl"
         self._capture = {"policy": [], "ref": []} if per_kind else None
