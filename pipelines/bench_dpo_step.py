@@ -224,9 +224,11 @@ def _round_inputs(args):
 
     shards = sorted((Path(args.round) / "label" / "shards").glob("*.parquet"))
     if not shards:
-        raise SystemExit(
-            f"error: no label shards under {args.round}/label/shards: --round takes a round directory"
+        print(
+            f"error: no label shards under {args.round}/label/shards: --round takes a round directory",
+            file=sys.stderr,
         )
+        raise SystemExit(2)
     _, _, cfg = parse(["--config", args.recipe, "--report_to", "none", "--bf16", "false"])
     tok = AutoTokenizer.from_pretrained(args.policy)
     examples, stats = build_from_config(read_shards(shards, "pair"), cfg, tok)
@@ -234,7 +236,7 @@ def _round_inputs(args):
     return cfg, tok, examples, shards
 
 
-def _round_trainers(args, cfg, tok, examples):
+def _round_trainers(args, cfg, tok, examples, out_dir):
     import copy
 
     from datasets import Dataset
@@ -250,7 +252,7 @@ def _round_trainers(args, cfg, tok, examples):
     trainers = {}
     for mode in MODES:
         conf = copy.deepcopy(cfg)
-        conf.output_dir = tempfile.mkdtemp(prefix=f"bench_dpo_{mode}_")
+        conf.output_dir = f"{out_dir}/{mode}"
         conf.train_prefix_sharing = mode if mode in ("pair", "branch") else "none"
         conf.precompute_ref_log_probs = False
         conf.disable_tqdm, conf.save_strategy = True, "no"
@@ -316,7 +318,8 @@ def round_bench(args) -> int:
     torch.manual_seed(args.seed)
     load = os.getloadavg()
     cfg, tok, examples, shards = _round_inputs(args)
-    trainers = _round_trainers(args, cfg, tok, examples)
+    out_dir = tempfile.TemporaryDirectory(prefix="bench_dpo_round_")
+    trainers = _round_trainers(args, cfg, tok, examples, out_dir.name)
     # a local pair branching at the first turn has its task's episode prompt: kept apart, so that
     # every row of the table holds one kind only (training would share that prompt too)
     groups = prompt_groups([[e["kind"] == "local", *e["prompt_ids"]] for e in examples])
