@@ -224,11 +224,9 @@ def _round_inputs(args):
 
     shards = sorted((Path(args.round) / "label" / "shards").glob("*.parquet"))
     if not shards:
-        print(
-            f"error: no label shards under {args.round}/label/shards: --round takes a round directory",
-            file=sys.stderr,
+        raise FileNotFoundError(
+            f"no label shards under {args.round}/label/shards: --round takes a round directory (runs/<exp>/round_<r>)"
         )
-        raise SystemExit(2)
     _, _, cfg = parse(["--config", args.recipe, "--report_to", "none", "--bf16", "false"])
     tok = AutoTokenizer.from_pretrained(args.policy)
     examples, stats = build_from_config(read_shards(shards, "pair"), cfg, tok)
