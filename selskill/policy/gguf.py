@@ -11,23 +11,15 @@ are kept exactly. The folder also records where it came from (`selskill_source.j
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
 from pathlib import Path
 
 from selskill.data.gguf_source import gguf_file, gguf_model_dir, wheel_license
+from selskill.data.shards import file_sha256
 
 SOURCE_FILE = "selskill_source.json"
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 22), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def convert_gguf(source: str, out: str | os.PathLike) -> Path:
@@ -58,7 +50,7 @@ def convert_gguf(source: str, out: str | os.PathLike) -> Path:
     record = {
         "source": source,
         "gguf_file": str(path),
-        "gguf_sha256": _sha256(path),
+        "gguf_sha256": file_sha256(path),
         "license": wheel_license(source),
         "architecture": type(model).__name__,
         "parameters": sum(p.numel() for p in model.parameters()),

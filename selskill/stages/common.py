@@ -131,8 +131,8 @@ def recorded_games(stage: StageDir) -> dict:
 def _refuse_games_changed_since_upstream(stage: StageDir, inputs: StageInputs) -> None:
     """A stage that plays on from an upstream stage's episodes (fork from sample) must play the games those
     episodes were played on: recomputing this stage alone would not help, the upstream one must be redone."""
-    for name in inputs.upstream:
-        before = recorded_games(StageDir(stage.path.parent / name))
+    for up in inputs.upstream_stages(stage):
+        name, before = up.path.name, recorded_games(up)
         changes = changed_settings(
             {s: g for s, g in before.items() if s in (inputs.games or {})},
             {s: g for s, g in (inputs.games or {}).items() if s in before},
