@@ -11,7 +11,7 @@ STAMP := $(VENV)/.selskill-installed
 # Every other package: pyproject.toml declares ranges (extras: train, alfworld, bfcl, deepspeed,
 # wandb; `all` = those), constraints.txt pins the exact versions tested together.
 CONSTRAINTS ?= constraints.txt
-# BFCL multi-turn (selskill/envs/bfcl.py) uses only bfcl-eval's data, backends and checker, which
+# BFCL multi-turn (selskill/benchmarks/bfcl/env.py) uses only bfcl-eval's data, backends and checker, which
 # need nothing but mpmath (extra `bfcl`): installed --no-deps, as its declared dependencies pin
 # numpy==1.26.4 and pull provider SDKs, faiss and tree_sitter
 BFCL_SPEC ?= bfcl-eval==2026.3.23

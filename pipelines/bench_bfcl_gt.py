@@ -26,7 +26,7 @@ import sys
 import time
 from collections import Counter
 
-from selskill.envs.bfcl import CATEGORIES, BfclEnv, ground_truth_commands, is_positional, load_tasks
+from selskill.benchmarks.bfcl.env import CATEGORIES, BfclEnv, ground_truth_commands, is_positional, load_tasks
 
 
 def make_parser() -> argparse.ArgumentParser:

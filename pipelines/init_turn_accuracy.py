@@ -35,8 +35,8 @@ def turn_kind(text: str, skill_names) -> str:
 def turn_accuracy(model, tokenizer, demos) -> dict:
     import torch
 
+    from selskill.benchmarks.alfworld import load_alfworld_skills
     from selskill.init.sft import sft_dataset
-    from selskill.skills import load_alfworld_skills
 
     skill_names = load_alfworld_skills().names
     kinds: dict[str, list[int]] = defaultdict(lambda: [0, 0])
@@ -77,8 +77,8 @@ def main(argv=None) -> int:
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from selskill.agent.alfworld import AlfworldTurnFormat
-    from selskill.envs.alfworld import find_games
+    from selskill.benchmarks.alfworld.env import find_games
+    from selskill.benchmarks.alfworld.turn_format import AlfworldTurnFormat
     from selskill.init.alfworld import train_games
     from selskill.init.demos import DemoMix, build_demos
     from selskill.init.sft import read_manifest

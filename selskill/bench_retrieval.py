@@ -78,7 +78,7 @@ class Episode:
 
 
 def _function_classes() -> dict[str, set[str]]:
-    from selskill.envs.bfcl import BACKEND_CLASSES, function_docs
+    from selskill.benchmarks.bfcl.env import BACKEND_CLASSES, function_docs
 
     out: dict[str, set[str]] = {}
     for cls in BACKEND_CLASSES:
@@ -114,7 +114,7 @@ def bfcl_episodes(
     limit: int | None = None,
 ) -> list[Episode]:
     """One episode per BFCL task of `split`, its events from the replayed ground truth."""
-    from selskill.envs.bfcl import CATEGORIES, BfclEnv, ground_truth_commands, split_tasks
+    from selskill.benchmarks.bfcl.env import CATEGORIES, BfclEnv, ground_truth_commands, split_tasks
     from selskill.envs.calls import decode_step
 
     missing = sorted(set(BFCL_REFERENCE_SKILLS.values()) - set(library))
@@ -198,7 +198,8 @@ def alfworld_episodes(
     """
     import random
 
-    from selskill.envs.alfworld import AlfworldEnv, find_games
+    from selskill.benchmarks.alfworld import load_alfworld_skills
+    from selskill.benchmarks.alfworld.env import AlfworldEnv, find_games
     from selskill.init.demos import (
         DEMO_FORMAT,
         DEMO_LISTING_STYLE,
@@ -206,10 +207,10 @@ def alfworld_episodes(
         play_on,
         task_spec,
     )
-    from selskill.skills import SkillExecutor, load_alfworld_skills, render_listing
+    from selskill.skills import SkillExecutor, render_listing
 
     if games_dir is None:
-        from selskill.envs.alfworld_gen import generate_games
+        from selskill.benchmarks.alfworld.generate import generate_games
 
         games_dir = tempfile.mkdtemp(prefix="selskill-bench-retrieval-")
         generate_games(games_dir, per_type=per_type, seed=seed, split=split, size="tiny")
@@ -372,7 +373,8 @@ def bench_retrieval(
     record_weight: float = 0.5,
     fusion: str = "rrf",
 ) -> dict:
-    from selskill.skills import load_alfworld_skills, load_bfcl_skills
+    from selskill.benchmarks.alfworld import load_alfworld_skills
+    from selskill.benchmarks.bfcl import load_bfcl_skills
 
     base = RetrievalConfig(dense_model=dense_model, record_weight=record_weight, fusion=fusion)
     result: dict = {"config": base.to_dict(), "seed": seed, "notes": [], "rows": []}

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 
 def _cmd_gen_games(args: argparse.Namespace) -> int:
-    from selskill.envs.alfworld_gen import TASK_TYPES, generate_games
+    from selskill.benchmarks.alfworld.generate import TASK_TYPES, generate_games
 
     task_types = tuple(args.task_types) if args.task_types else TASK_TYPES
     paths = generate_games(
@@ -28,8 +28,8 @@ def _cmd_gen_games(args: argparse.Namespace) -> int:
 
 
 def _cmd_verify_games(args: argparse.Namespace) -> int:
-    from selskill.envs.alfworld import find_games
-    from selskill.envs.verify import verify_games
+    from selskill.benchmarks.alfworld.env import find_games
+    from selskill.benchmarks.alfworld.verify import verify_games
 
     index = find_games(args.dir, splits=args.split, grammar=args.grammar)
     if index.skipped or index.patched:
@@ -49,7 +49,7 @@ def _cmd_verify_games(args: argparse.Namespace) -> int:
 
 
 def _cmd_play(args: argparse.Namespace) -> int:
-    from selskill.agent.play import play_game
+    from selskill.benchmarks.alfworld.play import play_game
 
     return play_game(args.game_dir, walkthrough=args.walkthrough, grammar=args.grammar)
 
@@ -71,7 +71,7 @@ def _cmd_init(args: argparse.Namespace) -> int:
         describe_only(recipe.with_run(round=1, rank=0, world_size=1), "init")
         return 0
     if recipe.policy.model_name_or_path:
-        ensure_games(recipe.run, recipe.games)
+        ensure_games(recipe.run)
         converted = ensure_init_policy(recipe)
         if converted:
             print(f"model_name_or_path {recipe.policy.model_name_or_path} is converted: {converted}")
@@ -136,13 +136,13 @@ def _cmd_export_pairs(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
-    from selskill.bench import main as bench_main
+    from selskill.benchmarks.alfworld.bench import main as bench_main
 
     return bench_main(args)
 
 
 def _cmd_bench_scenes(args: argparse.Namespace) -> int:
-    from selskill.bench import main_scenes
+    from selskill.benchmarks.alfworld.bench import main_scenes
 
     return main_scenes(args)
 
@@ -178,9 +178,9 @@ def _cmd_import_skills(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from selskill.envs.alfworld_gen import SIZES
-    from selskill.envs.alfworld_grammar import GRAMMAR_MODES
-    from selskill.envs.verify import DEFAULT_MAX_STEPS, EXPERTS
+    from selskill.benchmarks.alfworld.generate import SIZES
+    from selskill.benchmarks.alfworld.grammar import GRAMMAR_MODES
+    from selskill.benchmarks.alfworld.verify import DEFAULT_MAX_STEPS, EXPERTS
     from selskill.skills.importer import MAX_FILE_BYTES
 
     parser = argparse.ArgumentParser(

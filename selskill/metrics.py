@@ -7,12 +7,9 @@
 - SR@Invoke / SR@Skip: SR among episodes with >= 1 / no skill call.
 - Skill/ep: skill calls per episode. Avg. Steps: steps per episode, counted as the benchmark's
   `StepMeasure` says (`step_measure`, the one place that decides it, for this metric and the
-  label stage's efficiency rule alike). ALFWorld: agent steps, a step being one decision (an
-  action, a skill call or a malformed turn: one assistant turn; see `selskill.stages.label`);
-  the environment commands an episode ran are its `env_steps`. BFCL: function-call steps
-  (`env_steps`: a call list is one step, an executable skill costs the calls it sends, a
-  turn that ends the user turn and a memory skill cost none). Malformed rate: malformed
-  turns / turns.
+  label stage's efficiency rule alike): the column of rollout rows its benchmark plugin names
+  (`selskill.registry.StepMeasure`), e.g. one assistant turn per step, or the environment
+  commands an episode ran (`env_steps`). Malformed rate: malformed turns / turns.
 
 Confidence intervals are 95% percentile bootstraps over episodes (seeded, so a report is
 reproducible); ratio metrics resample episodes, not calls. Every metric is a ratio of sums over
@@ -27,7 +24,6 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -42,33 +38,6 @@ LABELS = {
     "malformed_rate": "Malformed",
 }
 PERCENT = {"sr", "exec_prec", "sr_invoke", "sr_skip", "malformed_rate"}
-
-
-@dataclass(frozen=True)
-class StepMeasure:
-    """What one step of an episode is, per benchmark: Avg. Steps and the label's efficiency rule use it."""
-
-    episode: str  # rollout / fork column of a whole episode's steps
-    after_branch: str  # fork column of the steps from the branch turn on
-    what: str  # in words, for reports
-
-
-STEP_MEASURES = {
-    "alfworld": StepMeasure(
-        "n_turns", "steps_after_branch", "agent steps (actions, skill calls, malformed turns)"
-    ),
-    "bfcl": StepMeasure(
-        "env_steps", "env_steps_after_branch", "function-call steps (call lists; an executable skill's calls)"
-    ),
-}
-
-
-def step_measure(benchmark: str = "alfworld") -> StepMeasure:
-    """How `benchmark` counts steps (the only place that decides it)."""
-    try:
-        return STEP_MEASURES[benchmark]
-    except KeyError:
-        raise ValueError(f"unknown benchmark {benchmark!r}; choose from {', '.join(STEP_MEASURES)}") from None
 
 
 # an episode's counts, one row of the matrix the metrics are sums over

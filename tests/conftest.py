@@ -35,10 +35,11 @@ def tiny_model_dir(tmp_path_factory, small_games):
 
     from train_helpers import MICRO_ARCH
 
-    from selskill.agent.alfworld import AlfworldTurnFormat
     from selskill.agent.turn_format import render_action, render_skill_call
+    from selskill.benchmarks.alfworld import load_alfworld_skills
+    from selskill.benchmarks.alfworld.turn_format import AlfworldTurnFormat
     from selskill.policy.bootstrap import build_model, train_tokenizer
-    from selskill.skills import load_alfworld_skills, render_listing
+    from selskill.skills import render_listing
 
     lib = load_alfworld_skills()
     texts = [AlfworldTurnFormat(style="compact").system_text(render_listing(lib))]

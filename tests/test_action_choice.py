@@ -6,14 +6,14 @@ import json
 import pytest
 
 from selskill.agent.action_choice import ActionChoice, ActionVocabulary
-from selskill.agent.alfworld import AlfworldTurnFormat
 from selskill.agent.chat_tokens import ChatTokens
 from selskill.agent.runner import EpisodeRunner, EpisodeSpec, ForkStart, RunnerConfig
 from selskill.agent.turn_format import ACTION_CLOSE, ACTION_OPEN, TOOL_CALL_OPEN, forced_prefix
-from selskill.envs.alfworld import AlfworldEnv, find_games
+from selskill.benchmarks.alfworld import load_alfworld_skills
+from selskill.benchmarks.alfworld.env import AlfworldEnv, find_games
+from selskill.benchmarks.alfworld.turn_format import AlfworldTurnFormat
 from selskill.policy.base import GenerationRequest, SamplingParams
 from selskill.policy.hf import HFPolicy
-from selskill.skills import load_alfworld_skills
 
 FMT = AlfworldTurnFormat(style="compact", admissible_style="local")
 

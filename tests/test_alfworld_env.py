@@ -5,9 +5,9 @@ import shutil
 
 import pytest
 
-from selskill.envs.alfworld import AlfworldEnv, clear_engine_caches, find_games
+from selskill.benchmarks.alfworld.env import AlfworldEnv, clear_engine_caches, find_games
+from selskill.benchmarks.alfworld.verify import verify_games
 from selskill.envs.base import Env, EnvError
-from selskill.envs.verify import verify_games
 
 
 def _solution(root, task_id):
@@ -162,7 +162,7 @@ def test_engine_caches_change_nothing(small_games, monkeypatch):
     clear_engine_caches()  # what the rollout benchmark does between settings
     assert not logic.fast_downward.pddl2sas.cache and not textgen._parse_and_convert.cache
     assert trace(small_games) == cached
-    import selskill.envs.alfworld as adapter
+    import selskill.benchmarks.alfworld.env as adapter
 
     monkeypatch.setattr(adapter, "install_grammar_parse_cache", lambda: None)
     monkeypatch.setattr(adapter, "install_translation_cache", lambda: None)

@@ -5,9 +5,9 @@ import json
 
 import pytest
 
+from selskill.benchmarks.alfworld.env import AlfworldEnv, find_games
+from selskill.benchmarks.alfworld.verify import verify_games
 from selskill.envs import alfworld_gen as gen
-from selskill.envs.alfworld import AlfworldEnv, find_games
-from selskill.envs.verify import verify_games
 
 
 def _play(env, task_id, commands):
@@ -196,7 +196,7 @@ def test_a_folder_of_another_generator_version_is_refused(tmp_path):
 
 
 def test_scene_stats_count_colocated_receptacles():
-    from selskill.envs.scene_stats import scene_stats
+    from selskill.benchmarks.alfworld.scene_stats import scene_stats
 
     problem = """(:init (receptacleAtLocation Drawer_a loc_1) (receptacleAtLocation Drawer_b loc_1)
     (receptacleAtLocation Sink_c loc_2) (objectAtLocation Mug_d loc_1) (objectAtLocation Pen_e loc_2))"""

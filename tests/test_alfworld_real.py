@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from selskill.envs.alfworld import AlfworldEnv, data_root, find_games, record_for_trial
-from selskill.envs.alfworld_grammar import OldGrammarError, is_old_grammar, patch_game
+from selskill.benchmarks.alfworld.env import AlfworldEnv, data_root, find_games, record_for_trial
+from selskill.benchmarks.alfworld.expert import Expert, TaskSpec, play_expert
+from selskill.benchmarks.alfworld.grammar import OldGrammarError, is_old_grammar, patch_game
+from selskill.benchmarks.alfworld.verify import verify_games
 from selskill.envs.base import EnvState
-from selskill.envs.expert import Expert, TaskSpec, play_expert
-from selskill.envs.verify import verify_games
 
 
 def _sample_root() -> Path | None:

@@ -17,8 +17,8 @@ pytest.importorskip("bfcl_eval")
 
 from bfcl_eval.eval_checker.multi_turn_eval import multi_turn_utils  # noqa: E402
 
-from selskill.envs.base import Env  # noqa: E402
-from selskill.envs.bfcl import (  # noqa: E402
+from selskill.benchmarks.bfcl import load_bfcl_skills
+from selskill.benchmarks.bfcl.env import (  # noqa: E402
     CATEGORIES,
     BfclEnv,
     build_backends,
@@ -32,9 +32,10 @@ from selskill.envs.bfcl import (  # noqa: E402
     split_tasks,
     task_function_docs,
 )
-from selskill.envs.bfcl_execution import STAND_IN, unknown_function_text  # noqa: E402
+from selskill.benchmarks.bfcl.execution import STAND_IN, unknown_function_text  # noqa: E402
+from selskill.envs.base import Env  # noqa: E402
 from selskill.envs.calls import Call, decode_step, parse_one_call  # noqa: E402
-from selskill.skills import SkillError, SkillExecutor, load_bfcl_skills, parse_skill  # noqa: E402
+from selskill.skills import SkillError, SkillExecutor, parse_skill  # noqa: E402
 from selskill.skills.executor import CALL_RESULTS  # noqa: E402
 
 SAMPLE = range(0, 200, 9)  # 23 scenarios, every class and category

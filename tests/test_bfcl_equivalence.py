@@ -23,7 +23,7 @@ pytest.importorskip("bfcl_eval")
 
 import bfcl_reference as bfcl  # noqa: E402
 
-from selskill.envs.bfcl import (  # noqa: E402
+from selskill.benchmarks.bfcl.env import (  # noqa: E402
     BFCL_VERSION,
     CATEGORIES,
     BfclEnv,
@@ -32,7 +32,7 @@ from selskill.envs.bfcl import (  # noqa: E402
     keyword_ground_truth,
     load_tasks,
 )
-from selskill.envs.bfcl_execution import STAND_IN  # noqa: E402
+from selskill.benchmarks.bfcl.execution import STAND_IN  # noqa: E402
 from selskill.envs.calls import decode_step  # noqa: E402
 
 

@@ -1,4 +1,4 @@
-"""The BFCL turn format and episode host (selskill/agent/bfcl.py), the recipe rules of `benchmark: bfcl`,
+"""The BFCL turn format and episode host (selskill/benchmarks/bfcl/episode.py), the recipe rules of `benchmark: bfcl`,
 and the one rule of what a step is per benchmark (label efficiency, Avg. Steps)."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ pytest.importorskip("bfcl_eval")
 
 from fixtures_run import chat_fields  # noqa: E402
 
-from selskill.agent.bfcl import (  # noqa: E402
+from selskill.benchmarks.bfcl.episode import (  # noqa: E402
     MALFORMED_FEEDBACK,
-    BfclEpisodeRunner,
+    BfclHooks,
     BfclTurnFormat,
     after_step,
     broken_call_list,
@@ -23,22 +23,31 @@ from selskill.agent.bfcl import (  # noqa: E402
     render_calls,
     render_end_turn,
 )
+
+
+def bfcl_runner(*args, **kwargs):
+    """An EpisodeRunner playing BFCL episodes with BFCL's hooks, as the registry's spec gives them."""
+    from selskill.agent.runner import EpisodeRunner
+
+    return EpisodeRunner(*args, hooks=BfclHooks(), **kwargs)
 from selskill.agent.parser import parse_turn  # noqa: E402
 from selskill.agent.runner import EpisodeSpec, RunnerConfig  # noqa: E402
 from selskill.agent.turn_format import render_skill_call  # noqa: E402
-from selskill.data.schema import ROLE_OBSERVATION, ROLE_SKILL_RETURN  # noqa: E402
-from selskill.envs.bfcl import (  # noqa: E402
+from selskill.benchmarks.bfcl import load_bfcl_skills  # noqa: E402
+from selskill.benchmarks.bfcl.env import (  # noqa: E402
     BfclEnv,
     function_docs,
     ground_truth_commands,
     render_function_docs,
     task_function_docs,
 )
+from selskill.data.schema import ROLE_OBSERVATION, ROLE_SKILL_RETURN  # noqa: E402
 from selskill.envs.calls import parse_one_call  # noqa: E402
-from selskill.metrics import compute_metrics, step_measure  # noqa: E402
+from selskill.metrics import compute_metrics  # noqa: E402
 from selskill.policy.base import Generation  # noqa: E402
 from selskill.policy.bootstrap import train_tokenizer  # noqa: E402
-from selskill.skills import load_bfcl_skills, render_listing  # noqa: E402
+from selskill.registry import step_measure  # noqa: E402
+from selskill.skills import render_listing  # noqa: E402
 from selskill.stages.label import episode_pairs, local_pair  # noqa: E402
 
 FMT = BfclTurnFormat(doc_style="brief")
@@ -87,7 +96,7 @@ def _play(env, tokenizer, texts, task=f"train/{TASK}", overlap=False):
         factory = functools.partial(BfclEnv, ["base"], scenarios=[106], id_prefix="train/")
     else:
         factory = lambda: env  # noqa: E731
-    runner = BfclEpisodeRunner(Scripted(tokenizer, texts), factory, load_bfcl_skills(), FMT, config)
+    runner = bfcl_runner(Scripted(tokenizer, texts), factory, load_bfcl_skills(), FMT, config)
     try:
         return runner.run([EpisodeSpec("e", task, seed=0)])[0]
     finally:
@@ -351,7 +360,7 @@ def test_bfcl_demonstrations_are_the_transcripts_the_runner_writes_for_their_tur
     calls = 0
     for demo in report.demos:
         texts = [m["content"] for m in demo.messages if m["role"] == "assistant"]
-        runner = BfclEpisodeRunner(
+        runner = bfcl_runner(
             Scripted(tokenizer, texts), lambda: env, library, DEMO_FORMAT, config, retriever=ret
         )
         row = runner.run([EpisodeSpec("e", demo.task_id, seed=0)])[0]

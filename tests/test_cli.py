@@ -50,7 +50,7 @@ def test_play_walkthrough_wins(small_games, capsys):
 
 
 def test_play_interactive_with_a_skill_call(small_games):
-    from selskill.agent.play import play_game
+    from selskill.benchmarks.alfworld.play import play_game
 
     trial = next(p.parent for p in small_games.rglob("game.tw-pddl") if "pick_heat" in str(p))
     solution = json.loads((trial / "traj_data.json").read_text())["selskill"]["solution"]

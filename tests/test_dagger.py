@@ -12,14 +12,15 @@ from test_runner import FMT, ScriptedPolicy, _runner
 from selskill.agent.parser import parse_turn
 from selskill.agent.runner import EpisodeSpec
 from selskill.agent.turn_format import render_action, render_skill_call
-from selskill.envs.alfworld import AlfworldEnv, find_games
-from selskill.envs.expert import task_spec
+from selskill.benchmarks.alfworld import load_alfworld_skills
+from selskill.benchmarks.alfworld.env import AlfworldEnv, find_games
+from selskill.benchmarks.alfworld.expert import task_spec
 from selskill.init.alfworld import build_init_policy
 from selskill.init.dagger import DAGGER_DEMOS, DaggerSettings, disagreements, relabel_rollout
 from selskill.init.demos import DemoEpisode, DemoMix
 from selskill.init.sft import MANIFEST
 from selskill.policy.hf import HFPolicy
-from selskill.skills import SkillExecutor, load_alfworld_skills, render_listing
+from selskill.skills import SkillExecutor, render_listing
 
 
 @pytest.fixture(scope="module")

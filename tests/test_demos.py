@@ -7,10 +7,11 @@ import pytest
 from selskill.agent.parser import parse_turn
 from selskill.agent.transcript import after_action, after_skill, opening_messages
 from selskill.agent.turn_format import render_action, render_skill_call
+from selskill.benchmarks.alfworld import load_alfworld_skills
+from selskill.benchmarks.alfworld.env import AlfworldEnv, find_games
+from selskill.benchmarks.alfworld.expert import search_order
 from selskill.envs import alfworld_gen
-from selskill.envs.alfworld import AlfworldEnv, find_games
 from selskill.envs.base import natural_key
-from selskill.envs.expert import search_order
 from selskill.init.demos import (
     DEMO_FORMAT,
     DEMO_LISTING_STYLE,
@@ -20,7 +21,7 @@ from selskill.init.demos import (
     make_demos,
     tokenizer_corpus,
 )
-from selskill.skills import SkillExecutor, load_alfworld_skills, render_listing
+from selskill.skills import SkillExecutor, render_listing
 
 # every decision point fires (a random memory call on every turn would never end: off)
 ALL_ON = dataclasses.replace(

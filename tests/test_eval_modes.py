@@ -9,7 +9,6 @@ from fixtures_run import write_fixture_run
 from test_runner import ScriptedPolicy
 
 from selskill import report as rp
-from selskill.agent.alfworld import AlfworldTurnFormat
 from selskill.agent.eval_modes import (
     CONSERVATIVE_INSTRUCTION,
     CSI_PLACEMENT,
@@ -26,9 +25,11 @@ from selskill.agent.turn_format import (
     render_action,
     render_skill_call,
 )
-from selskill.envs.alfworld import AlfworldEnv, find_games
+from selskill.benchmarks.alfworld import load_alfworld_skills
+from selskill.benchmarks.alfworld.env import AlfworldEnv, find_games
+from selskill.benchmarks.alfworld.turn_format import AlfworldTurnFormat
 from selskill.policy.hf import HFPolicy
-from selskill.skills import load_alfworld_skills, render_listing
+from selskill.skills import render_listing
 from selskill.skills.pseudo_skills import CAPABILITY_CHECK_INSTRUCTION
 from selskill.stages.evaluate import EvalConfig
 

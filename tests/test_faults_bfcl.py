@@ -1,7 +1,7 @@
 """Hostile BFCL steps: bounded in time and memory, answered with an error text, and never run.
 
 A model's step is text the env decodes (selskill/envs/calls.py) and executes
-(selskill/envs/bfcl_execution.py). Text over a bound (characters, nesting, calls, int
+(selskill/benchmarks/bfcl/execution.py). Text over a bound (characters, nesting, calls, int
 digits) is refused before it is parsed, or right after, with the reason in the observation;
 text that would make BFCL's `eval` run anything but a backend method runs nothing, and the
 checker gets a stand-in in its place. Nothing here goes near BFCL's own `eval`. Time and
@@ -19,8 +19,8 @@ import pytest
 
 pytest.importorskip("bfcl_eval")
 
-from selskill.envs.bfcl import BfclEnv  # noqa: E402
-from selskill.envs.bfcl_execution import STAND_IN  # noqa: E402
+from selskill.benchmarks.bfcl.env import BfclEnv  # noqa: E402
+from selskill.benchmarks.bfcl.execution import STAND_IN  # noqa: E402
 from selskill.envs.calls import MAX_CALLS_PER_STEP, MAX_NESTING, MAX_STEP_CHARS, decode_step  # noqa: E402
 
 TASK = "multi_turn_base_0"  # GorillaFileSystem + TwitterAPI

@@ -20,14 +20,14 @@ import pytest
 from test_faults import ENV, ROOT, _compute, _run, _sample_rank, branch_rows
 from test_pipeline_stages import _inproc
 
+from selskill.benchmarks.alfworld.env import data_root
+from selskill.benchmarks.alfworld.generate import generate_games
 from selskill.config import RunConfig
 from selskill.data import manifest
 from selskill.data.contract import StageRefused
 from selskill.data.inputs import StageInputs
 from selskill.data.layout import StageDir, check_model_source
 from selskill.data.shards import ShardError
-from selskill.envs.alfworld import data_root
-from selskill.envs.alfworld_gen import generate_games
 from selskill.errors import error_message, run_main
 from selskill.executors import StageFailed
 from selskill.stages.common import run_rank

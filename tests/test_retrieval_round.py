@@ -22,7 +22,7 @@ import pytest
 from selskill.agent.listings import STEP_SKILLS_HEADING
 from selskill.agent.runner import EpisodeHost
 from selskill.agent.turn_format import forced_prefix, render_action, render_skill_call
-from selskill.envs.alfworld import find_games
+from selskill.benchmarks.alfworld.env import find_games
 from selskill.policy.base import Generation
 from selskill.skills.retrieval import RetrievalConfig
 

@@ -8,22 +8,24 @@ import re
 
 import pytest
 
-from selskill.agent.alfworld import AlfworldTurnFormat
 from selskill.agent.eval_modes import prompt_setup
 from selskill.agent.listings import PROGRESS_LISTING, STEP_SKILLS_HEADING, listing_text
 from selskill.agent.parser import parse_turn
 from selskill.agent.runner import EpisodeHost, EpisodeRunner, EpisodeSpec, RunnerConfig
 from selskill.agent.transcript import INVALID_TURN_FEEDBACK, MALFORMED_COMMAND
 from selskill.agent.turn_format import forced_prefix, render_action, render_skill_call
+from selskill.benchmarks.alfworld import load_alfworld_skills
+from selskill.benchmarks.alfworld.env import AlfworldEnv, find_games
+from selskill.benchmarks.alfworld.turn_format import AlfworldTurnFormat
+from selskill.benchmarks.bfcl import load_bfcl_skills
 from selskill.config import check_sections
 from selskill.config.rollout import RolloutConfig
 from selskill.config.run import RunConfig
 from selskill.config.stages import EvalConfig
 from selskill.data.records import BranchPoint, Turn
 from selskill.data.schema import _TURN
-from selskill.envs.alfworld import AlfworldEnv, find_games
 from selskill.policy.base import Generation
-from selskill.skills import load_alfworld_skills, load_bfcl_skills, render_listing
+from selskill.skills import render_listing
 from selskill.skills.retrieval import RetrievalConfig, SkillRetriever
 from selskill.stages.context import padded_library, retriever, runner_library
 from selskill.stages.fork import fork_start
@@ -447,8 +449,8 @@ def test_a_host_in_a_child_process_lists_as_one_in_this_process(tokenizer, index
 
 def test_bfcl_progress_episodes_replay_their_listings():
     pytest.importorskip("bfcl_eval")
-    from selskill.agent.bfcl import BfclEpisodeHost, BfclEpisodeRunner, BfclTurnFormat, render_calls
-    from selskill.envs.bfcl import BfclEnv, function_docs, ground_truth_commands
+    from selskill.benchmarks.bfcl.env import BfclEnv, function_docs, ground_truth_commands
+    from selskill.benchmarks.bfcl.episode import BfclHooks, BfclTurnFormat, render_calls
     from selskill.policy.bootstrap import train_tokenizer
 
     fmt = BfclTurnFormat(doc_style="brief")
@@ -463,12 +465,12 @@ def test_bfcl_progress_episodes_replay_their_listings():
     script = [gt[0], lambda prompt: render_skill_call(step_listing(prompt)[0]), *gt[1:]]
     config = RunnerConfig(max_env_steps=40, max_decisions=10, max_new_tokens=64, env_overlap=False)
     ret = SkillRetriever(library, RetrievalConfig(mode="progress"))
-    runner = BfclEpisodeRunner(
-        Script(tok, script, render_action("[]")), lambda: env, library, fmt, config, retriever=ret
+    runner = EpisodeRunner(
+        Script(tok, script, render_action("[]")), lambda: env, library, fmt, config, retriever=ret, hooks=BfclHooks()
     )
     row = runner.run([EpisodeSpec("b", task_id, seed=0)])[0]
     assert all(1 <= len(t["listed"]) <= 3 for t in row["turns"])
-    host = BfclEpisodeHost(lambda: env, library, fmt, config, tok, None, "", ret)
+    host = EpisodeHost(lambda: env, library, fmt, config, tok, None, "", ret, BfclHooks())
     other = BfclEnv(["base"], scenarios=[106], id_prefix="train/")
     for k, turn in enumerate(row["turns"]):
         assert list(host._listed(host._replay(other, task_id, row["turns"][:k]))) == turn["listed"], k

@@ -2,16 +2,16 @@
 
 import pytest
 
-from selskill.agent.alfworld import AlfworldTurnFormat
 from selskill.agent.runner import EpisodeRunner, EpisodeSpec, ForkStart, RunnerConfig
 from selskill.agent.transcript import MALFORMED_COMMAND
 from selskill.agent.turn_format import forced_prefix, render_action, render_skill_call
+from selskill.benchmarks.alfworld import load_alfworld_skills
+from selskill.benchmarks.alfworld.env import AlfworldEnv, find_games
+from selskill.benchmarks.alfworld.turn_format import AlfworldTurnFormat
 from selskill.data.schema import ROLE_ASSISTANT, ROLE_OBSERVATION, ROLE_PROMPT, ROLE_SKILL_RETURN
-from selskill.envs.alfworld import AlfworldEnv, find_games
 from selskill.envs.base import EnvError
 from selskill.policy.base import Generation
 from selskill.policy.hf import HFPolicy
-from selskill.skills import load_alfworld_skills
 
 FMT = AlfworldTurnFormat(style="compact", admissible_style="local")
 

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from selskill.envs.alfworld import AlfworldEnv, GameRecord
+from selskill.benchmarks.alfworld import load_alfworld_skills
+from selskill.benchmarks.alfworld.env import AlfworldEnv, GameRecord
 from selskill.envs.base import Env, EnvState
-from selskill.skills import SkillCallRecord, SkillExecutor, load_alfworld_skills
+from selskill.skills import SkillCallRecord, SkillExecutor
 
 alfworld = pytest.importorskip("alfworld")
 

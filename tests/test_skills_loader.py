@@ -8,14 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from selskill.skills import (
-    FindStep,
-    SkillError,
-    SkillLibrary,
-    load_alfworld_skills,
-    load_skills,
-    render_listing,
-)
+from selskill.benchmarks.alfworld import load_alfworld_skills
+from selskill.skills import FindStep, SkillError, SkillLibrary, load_skills, render_listing
 
 EXECUTABLE = """\
 ---

@@ -7,7 +7,6 @@ offline files (`wandb leet inspect --json`)."""
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import subprocess
@@ -114,7 +113,7 @@ def test_each_stage_logs_its_figures_once_to_an_offline_run_of_the_experiments_g
         assert runs["eval"][f"eval/{split}/delta_sr"] == delta[split]["diff"]
 
     # round 0 (the starting policy) is a run of its own in the same group
-    assert log_stage(recipe, "eval", dataclasses.replace(recipe.run, round=0))
+    assert log_stage(recipe, "eval", recipe.run.replace(round=0))
     run, summary = read_run(exp / "round_0" / "eval")
     assert (
         run["display_name"] == "fx-round0-eval" and summary["round"] == 0 and "eval/valid_seen/sr" in summary

@@ -4,7 +4,6 @@ import json
 
 import pytest
 
-from selskill.agent.alfworld import AlfworldTurnFormat
 from selskill.agent.turn_format import (
     ACTION_OPEN,
     TOOL_CALL_OPEN,
@@ -12,6 +11,7 @@ from selskill.agent.turn_format import (
     render_action,
     render_skill_call,
 )
+from selskill.benchmarks.alfworld.turn_format import AlfworldTurnFormat
 
 LISTING = "- heat_object: Heat an object with a microwave.\n- common_mistakes: Mistakes to avoid."
 

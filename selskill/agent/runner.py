@@ -35,20 +35,15 @@ from dataclasses import dataclass, field
 
 from selskill.agent.action_choice import ActionChoice, ActionVocabulary, check_action_choice
 from selskill.agent.chat_tokens import ChatTokens, decision_token_index
-from selskill.agent.listings import DecisionListings, first_prefix, prefix_after_action, prefix_after_skill
+from selskill.agent.hooks import EpisodeHooks
+from selskill.agent.listings import DecisionListings
 from selskill.agent.parser import parse_turn
-from selskill.agent.transcript import (
-    MALFORMED_COMMAND,
-    after_action,
-    after_malformed,
-    after_skill,
-    opening_messages,
-)
+from selskill.agent.transcript import after_skill
 from selskill.agent.turn_format import TOOL_CALL_OPEN, TurnFormat
 from selskill.config.rollout import ENV_STEP_CAP, MAX_DECISIONS
 from selskill.data.records import Turn
 from selskill.data.schema import ROLE_ASSISTANT, ROLE_OBSERVATION, ROLE_PROMPT, ROLE_SKILL_RETURN
-from selskill.envs.base import Env, EnvError, EnvState
+from selskill.envs.base import Env, EnvError
 from selskill.policy.base import GenerationRequest, Policy, SamplingParams
 from selskill.skills import SkillExecutor, SkillLibrary, render_listing
 from selskill.skills.pseudo_skills import generate_pseudo_skills_batch
@@ -165,10 +160,12 @@ class EpisodeHost:
     """
 
     def __init__(
-        self, env_factory, library, fmt, config, tokenizer, chat_template_kwargs, listing, retriever=None
+        self, env_factory, library, fmt, config, tokenizer, chat_template_kwargs, listing, retriever=None, hooks=None
     ):
         """`retriever` (a `SkillRetriever` over `library`) lists skills per decision; None or its
-        mode `all`: every skill, `listing` in the system prompt, as without retrieval."""
+        mode `all`: every skill, `listing` in the system prompt, as without retrieval. `hooks`: the
+        benchmark's `EpisodeHooks` (None: the defaults, for text commands)."""
+        self.hooks = hooks if hooks is not None else EpisodeHooks()
         self.env_factory = env_factory
         self.library = library
         self.executor = SkillExecutor(library)
@@ -237,9 +234,9 @@ class EpisodeHost:
             if spec.fork is None:
                 state = env.reset(spec.task_id)
                 if self.retriever is not None:
-                    ep.prefix = self._initial_prefix(env, state)
+                    ep.prefix = self.hooks.first_prefix(env, state)
                 ep.listed = self.listings.listed(ep.prefix, spec.pseudo_skills)
-                ep.messages = self._opening(env, state, self.listings.system_listing(ep.listed, self.listing))
+                ep.messages = self.hooks.opening(self.fmt, env, state, self.listings.system_listing(ep.listed, self.listing))
                 ep.messages[-1] = self.listings.step_message(ep.messages[-1], ep.listed)
                 ids = self.chat.opening(ep.messages)
                 ep.extend(ids, ROLE_PROMPT, -1)
@@ -264,6 +261,11 @@ class EpisodeHost:
         return ep
 
     def _apply(self, ep: _Episode, gen) -> None:
+        self._play_turn(ep, gen)
+        if ep.turns:  # the benchmark's last word on the turn's record
+            self.hooks.classify(ep.turns[-1])
+
+    def _play_turn(self, ep: _Episode, gen) -> None:
         cfg = self.config
         index = len(ep.turns)
         forced = ep.forced_ids
@@ -302,7 +304,7 @@ class EpisodeHost:
         call = None
         try:
             if parsed.kind == "action":
-                state, commands, reply = self._act(ep.env, parsed.action)
+                state, commands, reply = self.hooks.act(self.fmt, ep.env, parsed.action)
                 record.update(env_steps=state.env_steps, commands=commands)
                 role = ROLE_OBSERVATION
             elif parsed.kind == "skill":
@@ -315,7 +317,7 @@ class EpisodeHost:
                 )
                 reply, role = after_skill(self.fmt, call.observation, ep.env.state), ROLE_SKILL_RETURN
             else:
-                state, commands, reply = self._malformed(ep.env)
+                state, commands, reply = self.hooks.malformed(self.fmt, ep.env)
                 record.update(env_steps=state.env_steps, commands=commands)
                 if is_call:
                     record.update(exec_precise=False, exec_error=parsed.reason)
@@ -328,7 +330,7 @@ class EpisodeHost:
         ep.env_steps += record["env_steps"]
         ep.termination = self._termination(ep)
         if self.retriever is not None:
-            ep.prefix = self._extend_prefix(ep.prefix, record, ep.env.state, call)
+            ep.prefix = self.hooks.extend_prefix(self.library, ep.prefix, record, ep.env.state, call)
             if not ep.termination:
                 ep.listed, reply = self.listings.after_turn(ep.prefix, reply, ep.listed)
         ep.messages.append(reply)
@@ -353,7 +355,7 @@ class EpisodeHost:
         """The task each of `task_ids` states at its start, as retrieval reads it."""
         env = self._free.pop() if self._free else self.env_factory()
         try:
-            return {t: self._initial_prefix(env, env.reset(t)).task for t in task_ids}
+            return {t: self.hooks.first_prefix(env, env.reset(t)).task for t in task_ids}
         finally:
             self._free.append(env)
 
@@ -361,7 +363,7 @@ class EpisodeHost:
         """Restore the environment turn by turn (not `env.replay`): each turn's observations
         rebuild the prefix retrieval sees, as `_apply` built it while the source was played."""
         state = env.reset(task_id)
-        prefix = self._initial_prefix(env, state)
+        prefix = self.hooks.first_prefix(env, state)
         for t in turns:
             call = None
             recorded = list(t["commands"] or [])
@@ -378,43 +380,15 @@ class EpisodeHost:
                 raise EnvError(
                     f"replaying the prefix of {task_id}: the call of {t['skill']} ran {ran}, the recorded turn {recorded}"
                 )
-            prefix = self._extend_prefix(prefix, t, env.state, call)
+            prefix = self.hooks.extend_prefix(self.library, prefix, t, env.state, call)
         return prefix
-
-    # -- what differs between environments (selskill/agent/bfcl.py overrides these) ------
-
-    def _opening(self, env: Env, state: EnvState, listing: str) -> list[dict]:
-        """The episode's first messages: system prompt (with `listing`) and first observation."""
-        return opening_messages(self.fmt, listing, state)
-
-    def _initial_prefix(self, env: Env, state: EnvState) -> EpisodePrefix:
-        """What retrieval sees before the first decision."""
-        return first_prefix(state)
-
-    def _extend_prefix(self, prefix: EpisodePrefix, record: dict, state: EnvState, call) -> EpisodePrefix:
-        """The prefix after one turn, from its record, the state after it and its skill call.
-
-        A memory skill leaves the current observation as it was (it returns text, not a new
-        view of the environment); a malformed turn adds no step, only what the engine answered.
-        """
-        if record["kind"] == "skill":
-            return prefix_after_skill(prefix, self.library, record["skill"], call)
-        if record["kind"] == "action":
-            return prefix_after_action(prefix, record["action"], state.observation)
-        return prefix.extend(observation=state.observation)
-
-    def _act(self, env: Env, action: str) -> tuple[EnvState, list[str], dict]:
-        """An action turn: (state after it, the commands it ran, the reply message)."""
-        state = env.step(action)
-        return state, [action], after_action(self.fmt, state)
-
-    def _malformed(self, env: Env) -> tuple[EnvState, list[str], dict]:
-        """A malformed turn, answered as an invalid command is."""
-        state = env.step(MALFORMED_COMMAND)
-        return state, [MALFORMED_COMMAND], after_malformed(self.fmt, state)
 
     def _termination(self, ep: _Episode) -> str | None:
         """Why the episode ends after its latest turn (None: it goes on); sets `ep.won`."""
+        ended = self.hooks.ended(ep.env.state)
+        if ended is not None:
+            termination, ep.error = ended
+            return termination
         if ep.env.state.won:
             ep.won = True
             return "won"
@@ -426,13 +400,12 @@ class EpisodeHost:
 class ProcessHost:
     """An `EpisodeHost` in a child process; calls are queued and answered in order."""
 
-    def __init__(self, host_args: tuple, host_class: type | None = None):
+    def __init__(self, host_args: tuple):
         import multiprocessing as mp
 
         ctx = mp.get_context("spawn")  # no fork of a process that holds torch threads
         self._conn, child = ctx.Pipe()
-        args = (child, host_args) if host_class is None else (child, host_args, host_class)
-        self._proc = ctx.Process(target=_serve_host, args=args, daemon=True, name="selskill-episodes")
+        self._proc = ctx.Process(target=_serve_host, args=(child, host_args), daemon=True, name="selskill-episodes")
         self._proc.start()
         child.close()
 
@@ -480,10 +453,10 @@ class _LocalHost:
         pass
 
 
-def _serve_host(conn, host_args: tuple, host_class: type | None = None) -> None:
+def _serve_host(conn, host_args: tuple) -> None:
     import traceback
 
-    host = (host_class or EpisodeHost)(*host_args)
+    host = EpisodeHost(*host_args)
     while True:
         try:
             message = conn.recv()
@@ -509,9 +482,6 @@ def _picklable(obj) -> bool:
 
 
 class EpisodeRunner:
-    # the class that plays the episodes' environments (an EpisodeHost subclass for another env)
-    host_class: type = EpisodeHost
-
     def __init__(
         self,
         policy: Policy,
@@ -522,9 +492,10 @@ class EpisodeRunner:
         chat_template_kwargs: dict | None = None,
         skill_text: str | None = None,
         retriever: SkillRetriever | None = None,
+        hooks: EpisodeHooks | None = None,
     ):
         """`skill_text` replaces the rendered listing in the system prompt (eval modes);
-        `retriever` lists the skills of each decision (see `EpisodeHost`).
+        `retriever` lists the skills of each decision and `hooks` are the benchmark's (see `EpisodeHost`).
 
         With `config.env_overlap` and a picklable `env_factory` (e.g. a `functools.partial`),
         episodes are played by an `EpisodeHost` in a child process in two half-batches: the
@@ -546,6 +517,7 @@ class EpisodeRunner:
             chat_template_kwargs,
             listing,
             retriever,
+            hooks,
         )
         self._chat = ChatTokens(policy.tokenizer, chat_template_kwargs)
         self.end_of_turn_id = self._chat.end_of_turn_id
@@ -560,11 +532,10 @@ class EpisodeRunner:
 
     def _get_host(self):
         if self._host is None:
-            cls = self.host_class
             if self.overlap:
-                self._host = ProcessHost(self._host_args, None if cls is EpisodeHost else cls)
+                self._host = ProcessHost(self._host_args)
             else:
-                self._host = _LocalHost(cls(*self._host_args))
+                self._host = _LocalHost(EpisodeHost(*self._host_args))
         return self._host
 
     def close(self) -> None:

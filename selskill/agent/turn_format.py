@@ -169,7 +169,7 @@ class TurnFormat:
     style: Style = "thinking"
     show_admissible_commands: bool = True
     # The environment's words, which each environment's subclass supplies
-    # (`selskill.agent.alfworld.AlfworldTurnFormat`, `selskill.agent.bfcl.BfclTurnFormat`); the
+    # (`selskill.benchmarks.alfworld.turn_format.AlfworldTurnFormat`, `selskill.benchmarks.bfcl.episode.BfclTurnFormat`); the
     # structure around them is the same for every environment.
     intro: str = ""
     example_command: str = ""

@@ -15,7 +15,6 @@ the train section gets it as TRL's `seed` (`selskill.config.train.OWNED_ELSEWHER
 from __future__ import annotations
 
 import dataclasses
-import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -24,8 +23,7 @@ from typing import TYPE_CHECKING
 
 from selskill.config.checks import bad_value, check_at_least, check_choice, check_unit
 from selskill.config.init import InitConfig
-from selskill.config.names import BENCHMARKS, BFCL_SPLITS
-from selskill.config.rollout import GamesConfig, RolloutConfig
+from selskill.config.rollout import RolloutConfig
 from selskill.config.run import PolicyConfig, RunConfig
 from selskill.config.stages import BranchConfig, EvalConfig, ForkConfig, LabelConfig, SampleConfig
 
@@ -33,14 +31,13 @@ if TYPE_CHECKING:
     from selskill.config.train import TrainConfig
 
 
-def recipe_dataclasses() -> tuple[type, ...]:
-    """Every section a recipe is parsed into, in `Recipe` order (the train section imports TRL)."""
+def core_dataclasses() -> tuple[type, ...]:
+    """The core's sections, in `Recipe` order (the train section imports TRL)."""
     from selskill.config.train import TrainConfig
 
     return (
         RunConfig,
         PolicyConfig,
-        GamesConfig,
         RolloutConfig,
         InitConfig,
         SampleConfig,
@@ -52,14 +49,22 @@ def recipe_dataclasses() -> tuple[type, ...]:
     )
 
 
+def recipe_dataclasses() -> tuple[type, ...]:
+    """Every section a recipe is parsed into: the core's, then each registered benchmark's own
+    (`selskill.registry`: a recipe may set the keys of any, the one it names is used)."""
+    from selskill.registry import settings_sections
+
+    return core_dataclasses() + settings_sections()
+
+
 @dataclass
 class Recipe:
-    """A parsed recipe: one field per section; `argv`, when parsed from one, is its command line
+    """A parsed recipe: one field per core section, and the benchmark's own section as
+    `run.benchmark_settings` (`settings`); `argv`, when parsed from one, is its command line
     (processes that must parse for themselves rebuild it from there)."""
 
     run: RunConfig
     policy: PolicyConfig
-    games: GamesConfig
     rollout: RolloutConfig
     init: InitConfig
     sample: SampleConfig
@@ -77,9 +82,15 @@ class Recipe:
         missing = [t.__name__ for t in recipe_dataclasses() if t not in by_type]
         if missing:
             raise ValueError(f"a Recipe needs every section; missing: {', '.join(missing)}")
+        attach_settings(sections)
         return cls(
-            *(by_type[t] for t in recipe_dataclasses()), argv=tuple(argv) if argv is not None else None
+            *(by_type[t] for t in core_dataclasses()), argv=tuple(argv) if argv is not None else None
         )
+
+    @property
+    def settings(self):
+        """The recipe's benchmark's own section (None for a benchmark without one)."""
+        return self.run.benchmark_settings
 
     @property
     def seed(self) -> int:
@@ -88,7 +99,7 @@ class Recipe:
 
     def with_run(self, **changes) -> Recipe:
         """This recipe with run keys replaced (e.g. one rank of a sharded stage)."""
-        return dataclasses.replace(self, run=dataclasses.replace(self.run, **changes))
+        return dataclasses.replace(self, run=self.run.replace(**changes))
 
 
 def make_parser(dataclass_types: Sequence[type] | None = None):
@@ -116,7 +127,7 @@ def parse_sections(argv: Sequence[str] | None = None, dataclass_types: Sequence[
     argv = list(argv) if argv is not None else None
     check_recipe_file(argv)
     check_removed_keys(argv)
-    known = {f.name for t in every for f in dataclasses.fields(t)}
+    known = {f.name for t in every for f in dataclasses.fields(t) if f.init}
     *sections, from_file, from_args = parser.parse_args_and_config(
         args=argv, return_remaining_strings=True, separate_remaining_strings=True
     )
@@ -124,6 +135,7 @@ def parse_sections(argv: Sequence[str] | None = None, dataclass_types: Sequence[
     _check_leftovers(from_file, from_args, known if set(types) != set(every) else set(), argv)
     sections = tuple(sections)
     _fill_owned_elsewhere(sections)
+    attach_settings(sections)
     check_sections(sections)
     _apply_log_level(sections)
     return sections
@@ -169,7 +181,7 @@ def _unknown_keys(keys: Sequence[str], where: str) -> ValueError:
     from selskill.config.train import NOT_RECIPE_KEYS
 
     valid = sorted(
-        {f.name for t in recipe_dataclasses() for f in dataclasses.fields(t) if not f.name.startswith("_")}
+        {f.name for t in recipe_dataclasses() for f in dataclasses.fields(t) if f.init and not f.name.startswith("_")}
     )
     parts = []
     for key in keys:
@@ -195,20 +207,45 @@ def _fill_owned_elsewhere(sections: Sequence) -> None:
             setattr(train, key, getattr(by_name[owner], key))
 
 
+def attach_settings(sections: Sequence) -> None:
+    """Hand the run section its benchmark's own section, when both were parsed, and fill in what the
+    benchmark decides for keys left empty (`eval_splits`: its held-out splits)."""
+    from selskill.registry import benchmark
+
+    by_type = {type(s): s for s in sections}
+    run = by_type.get(RunConfig)
+    if run is None:
+        return
+    spec = benchmark(run.benchmark)
+    if spec.settings is not None and spec.settings in by_type:
+        run.benchmark_settings = by_type[spec.settings]
+    evaluation = by_type.get(EvalConfig)
+    if evaluation is not None and not evaluation.splits:
+        evaluation.eval_splits = ",".join(spec.held_out)
+
+
 def check_sections(sections: Sequence) -> None:
     """The rules that span recipe sections (each section checks its own keys when it is built)."""
     by_name = {type(s).__name__: s for s in sections}
     run, rollout = by_name.get("RunConfig"), by_name.get("RolloutConfig")
-    sample, evaluation = by_name.get("SampleConfig"), by_name.get("EvalConfig")
+    evaluation = by_name.get("EvalConfig")
     if run is None:
         return
-    splits = run.splits
+    from selskill.registry import benchmark
+
+    spec = benchmark(run.benchmark)
+    splits = spec.splits(run.benchmark_settings)
     if evaluation is not None and any(s not in splits for s in evaluation.splits):
         raise bad_value(
             "eval_splits",
             evaluation.eval_splits,
             f"a comma-separated list of {', '.join(splits)}",
             f"benchmark: {run.benchmark}",
+        )
+    sample = by_name.get("SampleConfig")
+    if sample is not None and sample.sample_split not in splits:
+        raise bad_value(
+            "sample_split", sample.sample_split, f"one of {', '.join(splits)}", f"benchmark: {run.benchmark}"
         )
     if (
         evaluation is not None
@@ -223,34 +260,8 @@ def check_sections(sections: Sequence) -> None:
             "listing_noise lists every skill of the library it pads to eval_listing_size; a second padding "
             "or a retrieval would measure something else",
         )
-    if run.benchmark == "alfworld" and os.environ.get("ALFWORLD_DATA", None) == "":
-        # alfworld itself would stop on `mkdir('')` with "No such file or directory: ''"
-        raise ValueError(
-            "ALFWORLD_DATA is set but empty: unset it (`unset ALFWORLD_DATA`; generated games need none) or set "
-            "it to a copy of the ALFWorld data"
-        )
-    if run.benchmark != "bfcl":
-        return
-    if sample is not None and sample.sample_split not in splits:
-        raise bad_value("sample_split", sample.sample_split, f"one of {', '.join(splits)}", "benchmark: bfcl")
-    if rollout is not None and rollout.action_choice != "free":
-        raise bad_value(
-            "action_choice",
-            rollout.action_choice,
-            "free with benchmark: bfcl",
-            "admissible-action decoding needs a finite list of complete commands; a BFCL action is a call "
-            "list whose arguments are open-ended literals, and BFCL's admissible commands are function names only",
-        )
-    if rollout is not None and rollout.turn_style != "compact":
-        raise bad_value(
-            "turn_style",
-            rollout.turn_style,
-            "compact with benchmark: bfcl",
-            "BFCL turns are non-thinking (the paper's App. G)",
-        )
-    init = by_name.get("InitConfig")
-    if init is not None:
-        check_at_least(init, 0, "init_bfcl_tasks", why="0 = every task of the train split")
+    if spec.check_recipe is not None:
+        spec.check_recipe(by_name)
 
 
 # Keys that no longer exist, with what replaces them: an old recipe fails naming its key and the fix
@@ -316,12 +327,9 @@ def _quiet_errors(parser):
 
 
 __all__ = [
-    "BENCHMARKS",
-    "BFCL_SPLITS",
     "BranchConfig",
     "EvalConfig",
     "ForkConfig",
-    "GamesConfig",
     "InitConfig",
     "LabelConfig",
     "PolicyConfig",
@@ -335,6 +343,7 @@ __all__ = [
     "check_recipe_file",
     "check_sections",
     "check_unit",
+    "core_dataclasses",
     "load_recipe",
     "make_parser",
     "parse_sections",

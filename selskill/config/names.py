@@ -8,22 +8,9 @@ of the code it configures and that code imports them from here (under its own na
 
 from __future__ import annotations
 
-BENCHMARKS: tuple[str, ...] = ("alfworld", "bfcl")
 EXECUTORS: tuple[str, ...] = ("local", "slurm", "ray")  # how a round's stages run over their ranks
-
-# ALFWorld: the generated splits, plus real data's `valid_train`, which is only indexed when
-# named (it repeats train games)
-ALFWORLD_SPLITS: tuple[str, ...] = ("train", "valid_seen", "valid_unseen")
-REAL_ONLY_SPLITS: tuple[str, ...] = ("valid_train",)
-KNOWN_SPLITS: tuple[str, ...] = ALFWORLD_SPLITS + REAL_ONLY_SPLITS
+# generated ALFWorld scene sizes: the init section generates its own games too
 GAME_SIZES: tuple[str, ...] = ("tiny", "small", "real")
-GRAMMAR_MODES: tuple[str, ...] = ("patch", "strict")
-
-# BFCL multi-turn: four categories of the same 200 scenarios, split by scenario index
-BFCL_CATEGORIES: tuple[str, ...] = ("base", "long_context", "miss_func", "miss_param")
-BFCL_SCENARIOS = 200
-BFCL_SPLITS: tuple[str, ...] = ("train", "test")
-DOC_STYLES: tuple[str, ...] = ("json", "compact", "brief")
 
 # the turn format and the skill listing
 TURN_STYLES: tuple[str, ...] = ("thinking", "compact")

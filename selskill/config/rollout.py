@@ -1,5 +1,4 @@
-"""The games section (generated households) and the rollout section (how an episode is played
-and written), which sample, fork and eval share: a fork continues an episode under the exact
+"""The rollout section (how an episode is played and written), which sample, fork and eval share: a fork continues an episode under the exact
 conditions it was sampled under. `selskill.stages.context` turns them into a turn format and
 a runner."""
 
@@ -11,8 +10,6 @@ from selskill.config.checks import bad_value, check_at_least, check_choice
 from selskill.config.names import (
     ACTION_CHOICES,
     ADMISSIBLE_STYLES,
-    DOC_STYLES,
-    GAME_SIZES,
     LISTING_STYLES,
     RETRIEVAL_MODES,
     RETRIEVAL_SCORERS,
@@ -23,39 +20,6 @@ from selskill.config.names import (
 MAX_DECISIONS = 50
 # environment commands an episode may run at most: two per decision of the paper's budget
 ENV_STEP_CAP = 2 * MAX_DECISIONS
-
-
-@dataclass
-class GamesConfig:
-    """Generated games (the offline default); ignored when use_alfworld_data is set."""
-
-    _argument_group_name = "games (generated households)"  # its heading in `--help`
-
-    games_size: str = field(
-        default="small", metadata={"help": "generated scene size: tiny, small or real (the scale ladder)"}
-    )
-    games_train_per_type: int = field(default=4, metadata={"help": "generated train games per task type"})
-    games_eval_per_type: int = field(
-        default=4, metadata={"help": "generated valid_seen/valid_unseen games per type"}
-    )
-    games_unseen_per_type: int = field(
-        default=-1, metadata={"help": "generated valid_unseen games per type (-1 = games_eval_per_type)"}
-    )
-    games_seed: int = field(
-        default=0, metadata={"help": "generation seed (the same seed writes identical games)"}
-    )
-
-    def __post_init__(self):
-        check_choice(self, "games_size", GAME_SIZES)
-        check_at_least(self, 0, "games_train_per_type", "games_eval_per_type")
-        check_at_least(self, -1, "games_unseen_per_type", why="-1 = games_eval_per_type")
-
-    def per_type(self, split: str) -> int:
-        if split == "train":
-            return self.games_train_per_type
-        if split == "valid_unseen" and self.games_unseen_per_type >= 0:
-            return self.games_unseen_per_type
-        return self.games_eval_per_type
 
 
 @dataclass
@@ -119,17 +83,6 @@ class RolloutConfig:
     enable_thinking: bool = field(
         default=False, metadata={"help": "chat_template_kwargs enable_thinking (Qwen3)"}
     )
-    turn_doc_style: str = field(
-        default="compact",
-        metadata={
-            "help": "benchmark bfcl: function docs in the system prompt: compact | brief (no parameter notes) | json "
-            "(BFCL's own rendering, 31-48k characters for two classes)"
-        },
-    )
-    turn_examples: bool = field(
-        default=True,
-        metadata={"help": "benchmark bfcl: few-shot examples in the system prompt (the paper's App. G)"},
-    )
     retrieval_mode: str = field(
         default="all",
         metadata={
@@ -166,7 +119,6 @@ class RolloutConfig:
         check_choice(self, "turn_style", TURN_STYLES)
         check_choice(self, "turn_admissible", ADMISSIBLE_STYLES)
         check_choice(self, "listing_style", LISTING_STYLES)
-        check_choice(self, "turn_doc_style", DOC_STYLES)
         check_choice(self, "retrieval_mode", RETRIEVAL_MODES)
         check_choice(self, "retrieval_scorer", RETRIEVAL_SCORERS)
         check_at_least(self, 0, "retrieval_library_size", why="0 = the benchmark's own skills")
@@ -189,8 +141,9 @@ class RolloutConfig:
             "policy_batch_size",
         )
 
-    def chat_template_kwargs(self, env: str = "alfworld") -> dict | None:
-        """Qwen3's `enable_thinking` for thinking turns, and always on BFCL (non-thinking: false)."""
-        if self.turn_style == "thinking" or env == "bfcl":
+    def chat_template_kwargs(self, states_thinking: bool = False) -> dict | None:
+        """Qwen3's `enable_thinking` for thinking turns, and always where the benchmark's turns are
+        non-thinking by rule (`selskill.registry.Benchmark.states_thinking`: false is then said)."""
+        if self.turn_style == "thinking" or states_thinking:
             return {"enable_thinking": self.enable_thinking}
         return None

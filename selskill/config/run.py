@@ -4,33 +4,9 @@ seed) and the policy section (the model that samples)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from hashlib import sha256
 
-from selskill.config.checks import bad_value, check_at_least, check_choice
-from selskill.config.names import (
-    BENCHMARKS,
-    BFCL_CATEGORIES,
-    BFCL_SCENARIOS,
-    BFCL_SPLITS,
-    EXECUTORS,
-    GRAMMAR_MODES,
-    KNOWN_SPLITS,
-)
-
-
-def split_scenarios(
-    test_fraction: float = 0.5, seed: int = 0, n: int = BFCL_SCENARIOS
-) -> tuple[list[int], list[int]]:
-    """(train, test) scenario indices: a seeded shuffle by hash, the same in every process.
-
-    Split scenarios, not task ids: a scenario's four category variants share their classes
-    and state, so they must all fall on one side.
-    """
-    if not 0.0 <= test_fraction <= 1.0:
-        raise ValueError(f"test_fraction must be in [0, 1], got {test_fraction}")
-    order = sorted(range(n), key=lambda i: sha256(f"bfcl-split:{seed}:{i}".encode()).hexdigest())
-    n_test = round(n * test_fraction)
-    return sorted(order[n_test:]), sorted(order[:n_test])
+from selskill.config.checks import check_at_least, check_choice
+from selskill.config.names import EXECUTORS
 
 
 @dataclass
@@ -58,60 +34,19 @@ class RunConfig:
             "to TRL as its `seed` (DPOConfig's own key is not a recipe key)"
         },
     )
-    games_dir: str = field(
-        default="runs/games",
-        metadata={
-            "help": "root of generated games (<games_dir>/<split>/...); ignored where ALFWORLD_DATA is used"
-        },
-    )
-    use_alfworld_data: bool = field(
-        default=False, metadata={"help": "read real ALFWorld games from $ALFWORLD_DATA instead of games_dir"}
-    )
-    alfworld_grammar: str = field(
-        default="patch",
-        metadata={
-            "help": "real game files in alfworld's old grammar (`put X in/on Y`, 'You arrive at loc N'): "
-            "patch = move them to the new grammar (`move X to Y`) in memory when loaded, as alfworld's "
-            "scripts/patch_tw-pddl.py would on disk; strict = refuse them with an error naming the file"
-        },
-    )
     wandb_project: str = field(
         default="selskill", metadata={"help": "wandb project (offline unless a key is set)"}
     )
     benchmark: str = field(
         default="alfworld",
         metadata={
-            "help": "the environment: alfworld (games_dir / use_alfworld_data) | bfcl (BFCL multi-turn from "
-            "bfcl-eval's shipped data: bfcl_* keys; splits train and test)"
+            "help": "the benchmark played: a registered plugin (selskill/benchmarks/<name>/: alfworld, bfcl, or an "
+            "installed one); its keys are in its own section below"
         },
     )
-    bfcl_categories: str = field(
-        default="base,long_context,miss_func,miss_param",
-        metadata={"help": "benchmark bfcl: comma-separated BFCL multi-turn categories"},
-    )
-    bfcl_test_fraction: float = field(
-        default=0.5,
-        metadata={
-            "help": "benchmark bfcl: share of the 200 scenarios in the test split (split by scenario index)"
-        },
-    )
-    bfcl_split_seed: int = field(
-        default=0, metadata={"help": "benchmark bfcl: seed of the train/test scenario split"}
-    )
-    bfcl_scenarios: str = field(
-        default="",
-        metadata={
-            "help": "benchmark bfcl: comma-separated scenario indices (0-199) to keep in both splits, after the split "
-            "(default: all)"
-        },
-    )
-    bfcl_withheld_callable: bool = field(
-        default=False,
-        metadata={
-            "help": "benchmark bfcl: miss_func's withheld functions run when called before their turn (BFCL's own "
-            "rule; false: refused as unknown until revealed)"
-        },
-    )
+    # the benchmark's own recipe section (selskill.registry.Benchmark.settings), set when a recipe is
+    # parsed: not a key, but part of what the run is, so stage fingerprints include its keys
+    benchmark_settings: object = field(default=None, init=False, repr=False, compare=False)
     # how a round's stages are run over their ranks (selskill/executors/); none of these changes a row
     executor: str = field(
         default="local",
@@ -197,50 +132,18 @@ class RunConfig:
             )
         if self.round < 0:
             raise ValueError(f"round must be >= 0; got {self.round}")
-        check_choice(self, "alfworld_grammar", GRAMMAR_MODES)
-        check_choice(self, "benchmark", BENCHMARKS)
-        cats = self.categories
-        if not cats or any(c not in BFCL_CATEGORIES for c in cats) or len(set(cats)) != len(cats):
-            raise bad_value(
-                "bfcl_categories",
-                self.bfcl_categories,
-                f"a comma-separated list of {', '.join(BFCL_CATEGORIES)}",
-            )
-        if not 0.0 <= self.bfcl_test_fraction <= 1.0:
-            raise bad_value(
-                "bfcl_test_fraction", self.bfcl_test_fraction, "in [0, 1]", "a share of scenarios"
-            )
-        try:
-            kept = self.kept_scenarios
-        except ValueError:
-            kept = ()
-        if kept == () or (kept and not all(0 <= i < BFCL_SCENARIOS for i in kept)):
-            raise bad_value(
-                "bfcl_scenarios", self.bfcl_scenarios, f"comma-separated integers in [0, {BFCL_SCENARIOS})"
-            )
+        from selskill.registry import names
 
-    @property
-    def kept_scenarios(self) -> tuple[int, ...] | None:
-        """`bfcl_scenarios` as indices (None: every scenario)."""
-        if not self.bfcl_scenarios.strip():
-            return None
-        return tuple(int(x) for x in str(self.bfcl_scenarios).split(",") if x.strip())
+        check_choice(self, "benchmark", names())
 
-    def bfcl_split(self, split: str) -> tuple[int, ...]:
-        """The scenario indices of BFCL split `split` ("train" | "test") that this run keeps."""
-        train, test = split_scenarios(self.bfcl_test_fraction, self.bfcl_split_seed)
-        keep = self.kept_scenarios
-        return tuple(i for i in (train if split == "train" else test) if keep is None or i in keep)
+    def replace(self, **changes) -> RunConfig:
+        """This section with keys replaced, keeping its benchmark's section (`dataclasses.replace`
+        would drop it: it is no key)."""
+        import dataclasses
 
-    @property
-    def categories(self) -> tuple[str, ...]:
-        """The BFCL categories of `bfcl_categories`, in the order given."""
-        return tuple(c.strip() for c in self.bfcl_categories.split(",") if c.strip())
-
-    @property
-    def splits(self) -> tuple[str, ...]:
-        """The task splits this run's benchmark has (the names sample_split and eval_splits may use)."""
-        return BFCL_SPLITS if self.benchmark == "bfcl" else KNOWN_SPLITS
+        new = dataclasses.replace(self, **changes)
+        new.benchmark_settings = self.benchmark_settings
+        return new
 
 
 @dataclass

@@ -73,10 +73,24 @@ def changed_settings(old: dict, new: dict) -> list[str]:
     ]
 
 
-def config_values(configs: Sequence) -> dict:
-    """The plain-valued fields of the recipe sections `configs` (tuples as lists)."""
-    merged = {}
+def with_nested(configs: Sequence) -> list:
+    """`configs` and the sections they hold (the run section holds its benchmark's own section): the
+    keys of both are inputs of a stage that is given the run section."""
+    out = []
     for cfg in configs:
+        out.append(cfg)
+        out += [
+            getattr(cfg, f.name)
+            for f in dataclasses.fields(cfg)
+            if dataclasses.is_dataclass(getattr(cfg, f.name)) and not isinstance(getattr(cfg, f.name), type)
+        ]
+    return out
+
+
+def config_values(configs: Sequence) -> dict:
+    """The plain-valued fields of the recipe sections `configs` and of those they hold (tuples as lists)."""
+    merged = {}
+    for cfg in with_nested(configs):
         for f in dataclasses.fields(cfg):
             value = getattr(cfg, f.name)
             if isinstance(value, (str, int, float, bool, type(None), list, tuple, dict)):
@@ -170,7 +184,7 @@ class StageInputs:
         """
         now = {k: v for k, v in now.items() if k != "games" or k in recorded}
         defaults = {}
-        for cfg in self.configs:
+        for cfg in with_nested(self.configs):
             for f in dataclasses.fields(cfg):
                 if f.default is not dataclasses.MISSING:
                     defaults[f.name] = f.default

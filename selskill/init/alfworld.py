@@ -32,6 +32,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from selskill.agent.turn_format import TurnFormat
+from selskill.benchmarks.alfworld import load_alfworld_skills
 from selskill.config.init import InitConfig
 from selskill.config.rollout import MAX_DECISIONS
 from selskill.data.inputs import changed_settings
@@ -59,7 +60,7 @@ from selskill.init.sft import (
     sft_train,
 )
 from selskill.policy.bootstrap import TinyArch, build_model, train_tokenizer
-from selskill.skills import SkillLibrary, load_alfworld_skills
+from selskill.skills import SkillLibrary
 from selskill.skills.retrieval import SkillRetriever
 
 MANIFEST_VERSION = 1
@@ -131,8 +132,8 @@ def train_games(
     first: int = 0,
 ):
     """Generated train games `first` .. `first + per_type - 1` of each type under `games_dir`, made if missing."""
-    from selskill.envs.alfworld import TRAJ_FILE, find_games
-    from selskill.envs.alfworld_gen import TASK_TYPES, check_generator_version, generate_games
+    from selskill.benchmarks.alfworld.env import TRAJ_FILE, find_games
+    from selskill.benchmarks.alfworld.generate import TASK_TYPES, check_generator_version, generate_games
 
     def pick(index):
         chosen: dict[str, list] = defaultdict(list)

@@ -18,7 +18,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from selskill.agent.bfcl import BfclTurnFormat
+from selskill.benchmarks.bfcl import load_bfcl_skills
+from selskill.benchmarks.bfcl.episode import BfclTurnFormat
 from selskill.config.init import InitConfig
 from selskill.init.alfworld import init_arch
 from selskill.init.bfcl_demos import (
@@ -38,7 +39,7 @@ from selskill.init.sft import (
     sft_train,
 )
 from selskill.policy.bootstrap import TinyArch, build_model, train_tokenizer
-from selskill.skills import SkillLibrary, load_bfcl_skills
+from selskill.skills import SkillLibrary
 from selskill.skills.retrieval import SkillRetriever
 
 MANIFEST_VERSION = 2
@@ -76,7 +77,7 @@ def build_bfcl_init_policy(
     in `categories`, or only the train tasks `task_ids` (`train/<BFCL id>`). `library` (default:
     the 18 BFCL skills) and `retriever` are the rounds': the demonstrations list as they will.
     """
-    from selskill.envs.bfcl import BfclEnv
+    from selskill.benchmarks.bfcl.env import BfclEnv
 
     out_dir = Path(out_dir)
     stage_dir = out_dir.parent
@@ -164,9 +165,9 @@ def build_bfcl_init_policy_from_config(
     `task_ids` (which train tasks to demonstrate) is the caller's."""
     return build_bfcl_init_policy(
         out_dir,
-        categories=run.categories,
-        scenarios=run.bfcl_split("train"),
-        withheld_callable=run.bfcl_withheld_callable,
+        categories=run.benchmark_settings.categories,
+        scenarios=run.benchmark_settings.split("train"),
+        withheld_callable=run.benchmark_settings.bfcl_withheld_callable,
         seed=seed,
         mix=bfcl_demo_mix(config),
         vocab_size=config.init_vocab_size,

@@ -22,7 +22,7 @@ lacks, and every required parameter gets a value (placeholders bound from an ear
 take whatever the result gives: the checker then decides). If a substituted skill fails, or
 the task is then lost, the task is played again without substitutions.
 
-Messages come from `selskill.agent.bfcl`'s transcript builders, the ones the episode host
+Messages come from `selskill.benchmarks.bfcl.episode`'s transcript builders, the ones the episode host
 uses, so the policy is trained on exactly what it is sampled with. Deterministic per
 (seed, task).
 """
@@ -33,7 +33,11 @@ import random
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 
-from selskill.agent.bfcl import (
+from selskill.agent.listings import DecisionListings
+from selskill.agent.turn_format import render_skill_call
+from selskill.benchmarks.bfcl import load_bfcl_skills
+from selskill.benchmarks.bfcl.env import BfclEnv, BfclTask, function_docs, keyword_ground_truth
+from selskill.benchmarks.bfcl.episode import (
     BfclTurnFormat,
     after_skill,
     after_step,
@@ -44,12 +48,9 @@ from selskill.agent.bfcl import (
     render_calls,
     render_end_turn,
 )
-from selskill.agent.listings import DecisionListings
-from selskill.agent.turn_format import render_skill_call
-from selskill.envs.bfcl import BfclEnv, BfclTask, function_docs, keyword_ground_truth
 from selskill.envs.calls import Call, parse_one_call
 from selskill.init.demos import Demo, DemoReport
-from selskill.skills import CallStep, Skill, SkillExecutor, SkillLibrary, load_bfcl_skills, render_listing
+from selskill.skills import CallStep, Skill, SkillExecutor, SkillLibrary, render_listing
 from selskill.skills.executor import template_fields, value_has_type
 from selskill.skills.retrieval import SkillRetriever
 

@@ -1,7 +1,4 @@
-"""The init builder of each benchmark, by name, as `ensure_init_policy` calls it.
-
-Keyed by the benchmark's name rather than held by its `selskill.agent.benchmarks` spec:
-`init` sits above `agent` (it plays and trains), so a spec cannot point at it. A builder
+"""The init builder of each built-in benchmark, as its plugin's `build_init` calls it. A builder
 gets what the stage resolved through the spec: the turn format the rounds play with,
 `train_tasks(n)`, the first n train task ids in the order the sample stage takes them, and
 the library and retriever the rounds' episodes list skills from.
@@ -20,7 +17,7 @@ if TYPE_CHECKING:
 Builder = Callable[..., Path]
 
 
-def _alfworld(
+def build_alfworld_init(
     recipe: Recipe, out: Path, *, fmt: TurnFormat, train_tasks: Callable[[int], list[str]], library, retriever
 ) -> Path:
     from selskill.init.alfworld import build_init_policy_from_config
@@ -28,7 +25,7 @@ def _alfworld(
     return build_init_policy_from_config(
         recipe.init,
         out,
-        games_dir=recipe.run.games_dir,
+        games_dir=recipe.settings.games_dir,
         seed=recipe.seed,
         action_choice=recipe.rollout.action_choice,
         fmt=fmt,
@@ -38,7 +35,7 @@ def _alfworld(
     )
 
 
-def _bfcl(
+def build_bfcl_init(
     recipe: Recipe, out: Path, *, fmt: TurnFormat, train_tasks: Callable[[int], list[str]], library, retriever
 ) -> Path:
     from selskill.init.bfcl import build_bfcl_init_policy_from_config
@@ -54,18 +51,3 @@ def _bfcl(
         library=library,
         retriever=retriever,
     )
-
-
-INIT_BUILDERS: dict[str, Builder] = {"alfworld": _alfworld, "bfcl": _bfcl}
-
-
-def init_builder(benchmark: str) -> Builder:
-    try:
-        return INIT_BUILDERS[benchmark]
-    except KeyError:
-        raise ValueError(
-            f"benchmark {benchmark!r} has no init builder; choose from {', '.join(INIT_BUILDERS)}"
-        ) from None
-
-
-__all__ = ["INIT_BUILDERS", "init_builder"]

@@ -33,8 +33,9 @@ from pathlib import Path
 
 from selskill.agent.transcript import MALFORMED_COMMAND, after_malformed
 from selskill.agent.turn_format import TurnFormat
+from selskill.benchmarks.alfworld import load_alfworld_skills
+from selskill.benchmarks.alfworld.env import AlfworldEnv, GameRecord
 from selskill.config.rollout import MAX_DECISIONS
-from selskill.envs.alfworld import AlfworldEnv, GameRecord
 from selskill.envs.base import EnvError
 from selskill.init.demos import (
     Demo,
@@ -45,7 +46,7 @@ from selskill.init.demos import (
     task_spec,
 )
 from selskill.init.sft import demo_token_lengths, init_device, sft_config, sft_train
-from selskill.skills import SkillExecutor, load_alfworld_skills, render_listing
+from selskill.skills import SkillExecutor, render_listing
 
 DAGGER_DEMOS = "dagger_demos.jsonl"  # the relabelled demonstrations of a DAgger build (all iterations)
 

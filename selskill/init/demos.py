@@ -4,7 +4,7 @@ The init policy must behave like the paper's "RL-Init w/ Skill" (Table 1): it so
 tasks, but invokes skills too often and at the wrong times, so that SelSkill has something
 to fix. Demonstrations are therefore built in two layers.
 
-**The expert** (`selskill.envs.expert`) explores instead of knowing where things are: it
+**The expert** (`selskill.benchmarks.alfworld.expert`) explores instead of knowing where things are: it
 reads only what the game tells the agent and visits receptacles in a plausible, systematic
 order until it has found, treated and placed the task's objects.
 
@@ -57,17 +57,18 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from selskill.agent.alfworld import AlfworldTurnFormat
 from selskill.agent.listings import DecisionListings, first_prefix, prefix_after_action, prefix_after_skill
 from selskill.agent.parser import parse_turn
 from selskill.agent.transcript import after_action, after_skill, opening_messages
 from selskill.agent.turn_format import TurnFormat, render_action, render_skill_call
+from selskill.benchmarks.alfworld import load_alfworld_skills
+from selskill.benchmarks.alfworld.env import AlfworldEnv, GameIndex, GameRecord, find_games
+from selskill.benchmarks.alfworld.expert import DEFAULT_MAX_ENV_STEPS, Expert, TaskSpec, task_spec, type_of
+from selskill.benchmarks.alfworld.turn_format import AlfworldTurnFormat
 from selskill.config.names import SEARCH_ORDERS
 from selskill.config.rollout import MAX_DECISIONS
-from selskill.envs.alfworld import AlfworldEnv, GameIndex, GameRecord, find_games
 from selskill.envs.base import EnvError
-from selskill.envs.expert import DEFAULT_MAX_ENV_STEPS, Expert, TaskSpec, task_spec, type_of
-from selskill.skills import SkillCallRecord, SkillExecutor, SkillLibrary, load_alfworld_skills, render_listing
+from selskill.skills import SkillCallRecord, SkillExecutor, SkillLibrary, render_listing
 from selskill.skills.retrieval import SkillRetriever
 
 # The format the offline policy is trained and sampled with (the runner must use the same).

@@ -18,9 +18,9 @@ Inputs are only files every round already writes (eval/metrics.json + eval shard
 stats + shards, fork shards). A missing round or stage is skipped with a note, never an
 error. The output is deterministic: bootstraps are seeded, nothing carries a timestamp.
 
-BFCL rounds (`benchmark: bfcl`, read from metrics.json or a stage's config.yaml) get the same
-report; its words follow the benchmark: task types are BFCL's categories, and steps are
-function-call steps (`selskill.metrics.step_measure`).
+Every benchmark gets the same report; its words are the benchmark's (`selskill.registry.Wording`,
+the benchmark read from metrics.json or a stage's config.yaml), and its steps are counted as
+the benchmark counts them (`selskill.registry.step_measure`).
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from selskill.data.layout import round_numbers
+from selskill.registry import wording_of
 from selskill.report.data import exp_benchmark, load_mode_metrics, load_round, round_label
 from selskill.report.render import to_html, to_markdown
 from selskill.report.sections import (
@@ -78,12 +79,7 @@ def build_report(exp_dir: str | Path, n_boot: int = 2000, seed: int = 0) -> Repo
             f"Run directory {exp_dir}; rounds found: "
             + (", ".join(f"{round_label(r)} (round_{r})" for r in rounds_found) or "none")
             + ". Round r samples with round r−1's model; pairs are not accumulated across rounds."
-            + (
-                " Benchmark: BFCL multi-turn (bfcl-eval's shipped data, backends and checker); SR is BFCL's "
-                'checker, Exec. Prec. whether a skill call ran (docs/design.md, "Exec. Prec. on BFCL").'
-                if benchmark == "bfcl"
-                else ""
-            ),
+            + (f" {wording_of(benchmark).description}" if wording_of(benchmark).description else ""),
         ),
     ]
     modes = load_mode_metrics(exp_dir, rounds_found, notes)

@@ -17,8 +17,9 @@ from selskill.data.contract import check_stage
 from selskill.data.layout import StageDir, round_dir
 from selskill.data.schema import ROLE_ASSISTANT
 from selskill.errors import ExplainedError
-from selskill.metrics import compute_metrics, metrics_by_task_type, step_measure, sum_yields
+from selskill.metrics import compute_metrics, metrics_by_task_type, sum_yields
 from selskill.metrics import paired_sr_difference as _paired
+from selskill.registry import DEFAULT_BENCHMARK, step_measure
 
 EVAL_COLUMNS = [
     "task_id",
@@ -85,7 +86,7 @@ def _stage_rows(
         return None
 
 
-def _summarize_rows(rows: list[dict], n_boot: int, seed: int, benchmark: str = "alfworld") -> dict:
+def _summarize_rows(rows: list[dict], n_boot: int, seed: int, benchmark: str = DEFAULT_BENCHMARK) -> dict:
     steps = step_measure(benchmark).episode
     splits = sorted({r["task_id"].split("/", 1)[0] for r in rows})
     out = {}
@@ -116,11 +117,11 @@ def exp_benchmark(exp_dir: Path) -> str:
             continue
         if value:
             return value
-    return "alfworld"
+    return DEFAULT_BENCHMARK
 
 
 def load_round(
-    exp_dir: Path, r: int, notes: list[str], n_boot: int = 1000, seed: int = 0, benchmark: str = "alfworld"
+    exp_dir: Path, r: int, notes: list[str], n_boot: int = 1000, seed: int = 0, benchmark: str = DEFAULT_BENCHMARK
 ) -> RoundData:
     """What the report needs of round r; anything missing or unreadable becomes a note."""
     runs, exp = exp_dir.parent, exp_dir.name

@@ -185,7 +185,7 @@ def plot_skill_calls(rounds: list[RoundData], path: Path, cap: int = 6) -> Path 
     return _save(fig, path)
 
 
-def plot_step_gap(rounds: list[RoundData], path: Path, bfcl: bool = False) -> Path | None:
+def plot_step_gap(rounds: list[RoundData], path: Path, step_gap: str = "agent") -> Path | None:
     have = [d for d in rounds if d.pairs]
     if not have:
         return None
@@ -216,7 +216,7 @@ def plot_step_gap(rounds: list[RoundData], path: Path, bfcl: bool = False) -> Pa
                 )
         ax.axvline(0, color="#888", linestyle=":")
         ax.set_title(key)
-        ax.set_xlabel(f"chosen − rejected {'function-call' if bfcl else 'agent'} steps")
+        ax.set_xlabel(f"chosen − rejected {step_gap} steps")
         ax.set_ylabel("pairs")
         ax.legend(fontsize=8)
         ax.grid(alpha=0.3)

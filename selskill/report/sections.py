@@ -8,6 +8,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from selskill.metrics import LABELS, METRICS, format_value
+from selskill.registry import DEFAULT_BENCHMARK, wording_of
 from selskill.report.data import RoundData, paired_sr, round_label
 from selskill.report.plots import (
     PLOTS,
@@ -32,17 +33,10 @@ def _opening(title: str, text: str) -> list[tuple]:
     return [("h", 2, title), ("p", text)]
 
 
-STEPS_TEXT = "agent steps: actions, skill calls and malformed turns"
-BFCL_STEPS_TEXT = (
-    "function-call steps: a call list is one step, an executable skill costs the calls it sends, ending a "
-    "user turn and memory skills cost none"
-)
-
-
 def metrics_section(
-    rounds: list[RoundData], n_boot: int, seed: int, notes: list[str], benchmark: str = "alfworld"
+    rounds: list[RoundData], n_boot: int, seed: int, notes: list[str], benchmark: str = DEFAULT_BENCHMARK
 ) -> list[tuple]:
-    bfcl = benchmark == "bfcl"
+    words = wording_of(benchmark)
     have = [d for d in rounds if d.metrics]
     blocks = _opening(
         "Held-out metrics across rounds",
@@ -50,7 +44,7 @@ def metrics_section(
         if not have
         else "Like the paper's Table 1. init = round 0 (the init policy), Rr = the model trained in round r. "
         "SR, Exec. Prec., SR@Invoke, SR@Skip and Malformed (malformed turns / turns) in %; Skill/ep and Avg. "
-        f"Steps ({BFCL_STEPS_TEXT if bfcl else STEPS_TEXT}) per episode. [95% bootstrap interval over episodes]. ΔSR vs init: SR(Rr) − "
+        f"Steps ({words.steps}) per episode. [95% bootstrap interval over episodes]. ΔSR vs init: SR(Rr) − "
         "SR(init) on the same tasks in percentage points with a paired bootstrap interval "
         f"({n_boot} resamples, seed {seed}).",
     )
@@ -89,7 +83,7 @@ def metrics_section(
                     m = d.metrics["splits"].get(split, {}).get("by_task_type", {}).get(t)
                     row.append(f"{format_value('sr', m.get('sr'))} (n={m.get('episodes', 0)})" if m else "-")
                 trows.append(row)
-            what = "BFCL category" if bfcl else "task type"
+            what = words.task_type
             blocks += [
                 ("p", f"SR (%) by {what} on {split}:"),
                 ("table", [what[0].upper() + what[1:]] + [round_label(d.round) for d in have], trows),
@@ -230,9 +224,9 @@ def yield_section(rounds: list[RoundData]) -> list[tuple]:
 
 
 def plots_section(
-    rounds: list[RoundData], plots_dir: Path, base: Path, notes: list[str], benchmark: str = "alfworld"
+    rounds: list[RoundData], plots_dir: Path, base: Path, notes: list[str], benchmark: str = DEFAULT_BENCHMARK
 ) -> tuple[list, list]:
-    bfcl = benchmark == "bfcl"
+    words = wording_of(benchmark)
     blocks: list[tuple] = [("h", 2, "Plots")]
     written = []
     rel = plots_dir.relative_to(base) if plots_dir.is_relative_to(base) else plots_dir
@@ -309,14 +303,10 @@ def plots_section(
             grows.append([round_label(d.round), key, len(ps), f"{c:.1f}", f"{r:.1f}", f"{c - r:+.1f}"])
     add(
         "step_gap",
-        functools.partial(plot_step_gap, bfcl=bfcl),
-        "Chosen vs rejected function-call steps" if bfcl else "Chosen vs rejected agent steps",
-        (
-            f"Histogram of chosen − rejected steps ({BFCL_STEPS_TEXT}) per pair, by kind and label reason (local pairs: "
-            if bfcl
-            else "Histogram of chosen − rejected agent steps (decisions: actions and skill calls) per pair, by kind and label reason (local pairs: "
-        )
-        + "steps after the branch; episode pairs: whole episode). Efficiency pairs are negative by construction; "
+        functools.partial(plot_step_gap, step_gap=words.step_gap),
+        f"Chosen vs rejected {words.step_gap} steps",
+        f"Histogram of chosen − rejected steps ({words.steps}) per pair, by kind and label reason (local pairs: "
+        "steps after the branch; episode pairs: whole episode). Efficiency pairs are negative by construction; "
         "success-vs-failure gaps show how much shorter the winning side is.",
         "no pairs (label shards missing or empty)",
         [("table", ["Round", "Kind/reason", "Pairs", "Chosen steps", "Rejected steps", "Gap"], grows)]

@@ -7,7 +7,7 @@ environment commands (or function calls) checked step by step.
 
 from selskill.skills.executor import PRECONDITIONS, SkillCallRecord, SkillExecutor
 from selskill.skills.listing import render_listing
-from selskill.skills.loader import load_alfworld_skills, load_bfcl_skills, load_skills, parse_skill
+from selskill.skills.loader import load_skills, parse_skill
 from selskill.skills.model import CallStep, FindStep, Parameter, Skill, SkillError, SkillLibrary
 
 __all__ = [
@@ -20,8 +20,6 @@ __all__ = [
     "SkillError",
     "SkillExecutor",
     "SkillLibrary",
-    "load_alfworld_skills",
-    "load_bfcl_skills",
     "load_skills",
     "parse_skill",
     "render_listing",

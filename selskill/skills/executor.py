@@ -31,7 +31,7 @@ NO_EFFECT_FEEDBACK = "Nothing happens."
 TYPE_RE = re.compile(r"^[a-z][a-z0-9]*$")
 FUNCTION_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # the key under which an env that executes function calls reports each call of a step:
-# a list of {"call", "output", "error"} dicts (selskill/envs/bfcl.py)
+# a list of {"call", "output", "error"} dicts (selskill/benchmarks/bfcl/env.py)
 CALL_RESULTS = "call_results"
 
 

@@ -9,7 +9,6 @@ Every error names the file and the field so that a library author can fix it dir
 from __future__ import annotations
 
 import re
-from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -265,13 +264,3 @@ def load_skills(*directories: str | Path | Traversable) -> SkillLibrary:
             parent = shown.rsplit("/", 2)[-2]
             skills.append(parse_skill(file.read_text(encoding="utf-8"), shown, expected_name=parent))
     return SkillLibrary.from_skills(skills)
-
-
-def load_alfworld_skills() -> SkillLibrary:
-    """The library shipped with selskill for ALFWorld (alfworld 0.4.2 command grammar)."""
-    return load_skills(resources.files("selskill.skills") / "alfworld")
-
-
-def load_bfcl_skills() -> SkillLibrary:
-    """The library shipped with selskill for BFCL multi-turn (bfcl-eval 2026.3.23 backends)."""
-    return load_skills(resources.files("selskill.skills") / "bfcl")

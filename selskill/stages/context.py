@@ -5,7 +5,7 @@ budgets (a fork continues an episode under the exact conditions it was sampled u
 those knobs live in one `RolloutConfig` (`selskill.config.rollout`) and one `make_runner`.
 
 The recipe's `benchmark` picks the environment, and everything a stage needs of it comes
-from its spec (`selskill.agent.benchmarks`) through here: `game_index(run, split)` (the
+from its spec (`selskill.registry`) through here: `game_index(run, split)` (the
 env's task index: `games` records with `task_id` and `task_type`, `by_id`, `skipped`,
 `patched`), `games_identity(run, splits)` (what those tasks are made of),
 `skill_library(env)`, `turn_format(rollout, env)` and `make_runner`, which reads the env
@@ -21,13 +21,13 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from selskill.agent.benchmarks import DEFAULT_BENCHMARK, benchmark, benchmark_of_index
 from selskill.agent.eval_modes import prompt_setup
-from selskill.agent.runner import RunnerConfig
+from selskill.agent.runner import EpisodeRunner, RunnerConfig
 from selskill.agent.turn_format import TurnFormat
-from selskill.config.rollout import GamesConfig, RolloutConfig
+from selskill.config.rollout import RolloutConfig
 from selskill.config.run import PolicyConfig, RunConfig
 from selskill.data.layout import check_model_source, resolve_round_policy
+from selskill.registry import DEFAULT_BENCHMARK, benchmark, benchmark_of_index
 from selskill.skills import SkillLibrary
 from selskill.skills.distractors import library_of_size
 from selskill.skills.retrieval import RetrievalConfig, SkillRetriever
@@ -38,9 +38,10 @@ from selskill.skills.scorers import dense_unavailable
 DISTRACTOR_SEED = 0
 
 
-def turn_format(rollout: RolloutConfig, env: str = DEFAULT_BENCHMARK) -> TurnFormat:
-    """The turn format the rollout section asks for on benchmark `env`."""
-    return benchmark(env).turn_format(rollout)
+def turn_format(rollout: RolloutConfig, env: str = DEFAULT_BENCHMARK, settings=None) -> TurnFormat:
+    """The turn format the rollout section and the benchmark's own section (`settings`; None: its
+    defaults) ask for on benchmark `env`."""
+    return benchmark(env).turn_format(rollout, settings)
 
 
 def runner_config(rollout: RolloutConfig, temperature: float, top_p: float = 1.0) -> RunnerConfig:
@@ -148,13 +149,12 @@ def retriever(rollout: RolloutConfig, library: SkillLibrary) -> SkillRetriever |
     return SkillRetriever(library, cfg)
 
 
-def ensure_games(
-    run: RunConfig, games: GamesConfig, splits: Sequence[str] = ("train", "valid_seen", "valid_unseen")
-) -> None:
-    """The one-off data the recipe's benchmark needs (ALFWorld's generated games), once."""
-    prepare = benchmark(run.benchmark).prepare
-    if prepare is not None:
-        prepare(run, games, splits)
+def ensure_games(run: RunConfig, splits: Sequence[str] | None = None) -> None:
+    """The one-off data the recipe's benchmark needs (e.g. generated games) for `splits` (None: every
+    split it has), once."""
+    spec = benchmark(run.benchmark)
+    if spec.prepare is not None:
+        spec.prepare(run, spec.splits(run.benchmark_settings) if splits is None else splits)
 
 
 def make_runner(
@@ -165,27 +165,31 @@ def make_runner(
     top_p: float = 1.0,
     mode: str = "skills",
     listing_size: int = 0,
+    *,
+    settings,
 ):
     """`mode` is one of `selskill.agent.eval_modes.MODES`; only evaluation uses another than `skills`.
 
-    The env is the index's: its spec supplies the episode host, turn format and skills.
+    The env is the index's: its spec supplies the episode hooks, turn format and skills;
+    `settings` is the benchmark's own recipe section (`run.benchmark_settings`).
     `listing_size` is the padded size of eval mode `listing_noise`.
     """
     spec = benchmark_of_index(index)
     library = runner_library(rollout, spec.name, mode, listing_size)
-    setup = prompt_setup(mode, library, spec.turn_format(rollout), rollout.listing_style)
-    runner_class, factory = spec.runner_class(), spec.env_factory(index)
+    setup = prompt_setup(mode, library, spec.turn_format(rollout, settings), rollout.listing_style)
+    factory = spec.env_factory(index)
     ret = retriever(rollout, setup.library) if setup.fmt.skills_section == "listed" else None
     config = runner_config(rollout, temperature, top_p)
     if ret is None:  # an eval mode without a listing has nothing for pseudo-skills to retrieve
         config = dataclasses.replace(config, pseudo_skills=False)
-    return runner_class(
+    return EpisodeRunner(
         policy,
         factory,
         setup.library,
         setup.fmt,
         config,
-        chat_template_kwargs=rollout.chat_template_kwargs(spec.name),
+        chat_template_kwargs=rollout.chat_template_kwargs(spec.states_thinking),
         skill_text=setup.skill_text,
         retriever=ret,
+        hooks=spec.hooks() if spec.hooks is not None else None,
     )

@@ -20,7 +20,6 @@ import functools
 import json
 from pathlib import Path
 
-from selskill.agent.benchmarks import DEFAULT_BENCHMARK, benchmark
 from selskill.agent.runner import EpisodeSpec
 from selskill.config.rollout import RolloutConfig
 from selskill.config.run import PolicyConfig, RunConfig
@@ -31,6 +30,7 @@ from selskill.data.layout import StageDir
 from selskill.data.shards import write_json_atomic
 from selskill.headroom import invoked_skills, skill_headroom
 from selskill.metrics import compute_metrics, metrics_by_task_type
+from selskill.registry import DEFAULT_BENCHMARK, benchmark
 from selskill.stages.common import (
     StageStats,
     balanced_tasks,
@@ -105,6 +105,7 @@ def evaluate_rows(
             cfg.eval_temperature,
             mode=cfg.eval_mode,
             listing_size=cfg.eval_listing_size,
+            settings=run.benchmark_settings,
         )
         specs = [
             EpisodeSpec(
@@ -136,7 +137,7 @@ def evaluate_rows(
 
 
 def summarize(rows: list[dict], cfg: EvalConfig, seed: int, env: str = DEFAULT_BENCHMARK) -> dict:
-    """Metrics per split, overall and per task type (BFCL: per category); steps as `env` counts them."""
+    """Metrics per split, overall and per task type; steps as benchmark `env` counts them."""
     steps = benchmark(env).steps.episode
     out = {}
     for split in cfg.splits:
@@ -239,8 +240,7 @@ def run_eval(
             for split in cfg.splits
         }
     spec = benchmark(run.benchmark)
-    if spec.tags_metrics:
-        metrics.update(benchmark=spec.name, steps=spec.steps.what)
+    metrics.update(benchmark=spec.name, steps=spec.steps.what)
     write_json_atomic(metrics, stage.path / "metrics.json")
     return metrics
 

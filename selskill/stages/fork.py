@@ -89,7 +89,9 @@ def run_fork(run: RunConfig, pol: PolicyConfig, rollout: RolloutConfig, cfg: For
         index = game_index(run, split)
         record_skipped_games(stats, index)
         policy = load_policy(pol, path, rollout, seed)
-        runner = make_runner(policy, index, rollout, cfg.fork_temperature, cfg.fork_top_p)
+        runner = make_runner(
+            policy, index, rollout, cfg.fork_temperature, cfg.fork_top_p, settings=run.benchmark_settings
+        )
         specs = []
         for b in mine:
             for arm, k_arm in (("invoke", cfg.fork_k_invoke), ("skip", cfg.fork_k_skip)):

@@ -48,7 +48,9 @@ def run_sample(
         tasks, index = task_list(run, cfg.sample_split, cfg.sample_max_tasks, stats)
         mine = shard_items(tasks, run.rank, run.world_size)
         policy = load_policy(pol, path, rollout, seed)
-        runner = make_runner(policy, index, rollout, cfg.sample_temperature, cfg.sample_top_p)
+        runner = make_runner(
+            policy, index, rollout, cfg.sample_temperature, cfg.sample_top_p, settings=run.benchmark_settings
+        )
         by_id = index.by_id()
         stats.extra["games_patched_from_old_grammar"] = index.patched
         specs = []

@@ -11,7 +11,6 @@ entry point computed it.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -19,7 +18,7 @@ from pathlib import Path
 from selskill.config import Recipe, load_recipe
 from selskill.data.gguf_source import is_gguf_source
 from selskill.data.layout import policy_dir, resolve_round_policy, round_dir
-from selskill.errors import run_main
+from selskill.errors import ExplainedError, run_main
 from selskill.executors.base import Stage, StageFailed
 from selskill.stages.wandb_log import log_stage
 
@@ -35,8 +34,7 @@ def ensure_init_policy(recipe: Recipe) -> Path | None:
     if given:
         return None
     out = policy_dir(recipe.run.runs_dir, recipe.run.exp, 1)
-    from selskill.agent.benchmarks import benchmark
-    from selskill.init.builders import init_builder
+    from selskill.registry import benchmark
     from selskill.stages.common import balanced_tasks
     from selskill.stages.context import retriever, runner_library
 
@@ -46,12 +44,15 @@ def ensure_init_policy(recipe: Recipe) -> Path | None:
         # the first n train tasks in the order the sample stage takes them
         return balanced_tasks(spec.task_index(recipe.run, "train").games, n)
 
+    if spec.build_init is None:
+        raise ExplainedError(
+            f"benchmark {spec.name} has no init builder: set model_name_or_path to the policy round 1 starts from"
+        )
     library = runner_library(recipe.rollout, spec.name)
-    build = init_builder(spec.name)
-    return build(
+    return spec.build_init(
         recipe,
         out,
-        fmt=spec.turn_format(recipe.rollout),
+        fmt=spec.turn_format(recipe.rollout, recipe.settings),
         train_tasks=train_tasks,
         library=library,
         retriever=retriever(recipe.rollout, library),
@@ -69,13 +70,13 @@ def init_stage(recipe: Recipe) -> Path | None:
     from selskill.stages.evaluate import run_eval
 
     run = recipe.run
-    ensure_games(run, recipe.games)
+    ensure_games(run)
     if run.round != 1:
         return None
     built = ensure_init_policy(recipe)
     start = resolve_round_policy(run, recipe.policy)[0]
     if not round_dir(run.runs_dir, run.exp, 0).is_symlink():
-        run0 = dataclasses.replace(run, round=0, rank=0, world_size=1, redo=False)
+        run0 = run.replace(round=0, rank=0, world_size=1, redo=False)
         if run_eval(run0, recipe.policy, recipe.rollout, recipe.eval, recipe.seed, model_path=start):
             log_stage(recipe, "eval", run0)
     return built

@@ -1,4 +1,4 @@
-"""The turn format, transcript and episode host of BFCL multi-turn (selskill/envs/bfcl.py).
+"""The turn format, transcript and episode host of BFCL multi-turn (selskill/benchmarks/bfcl/env.py).
 
 The paper's BFCL setting (its Appendix G): non-thinking turns, skill metadata and few-shot
 examples in the system prompt, and BFCL's own tool-calling syntax: Python-syntax call lists
@@ -38,8 +38,8 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from selskill.agent.hooks import EpisodeHooks
 from selskill.agent.listings import prefix_after_skill
-from selskill.agent.runner import EpisodeHost, EpisodeRunner
 from selskill.agent.transcript import after_skill
 from selskill.agent.turn_format import (
     ACTION_CLOSE,
@@ -50,7 +50,7 @@ from selskill.agent.turn_format import (
     render_action,
     render_skill_call,
 )
-from selskill.envs.bfcl import DOC_STYLES, render_function_docs
+from selskill.benchmarks.bfcl.env import DOC_STYLES, render_function_docs
 from selskill.envs.calls import decode_step
 from selskill.skills.step_records import EpisodePrefix, bfcl_steps
 
@@ -131,7 +131,7 @@ class BfclTurnFormat(TurnFormat):
     style: str = "compact"
     show_admissible_commands: bool = False  # the names of the functions callable now, after each observation
     intro: str = BFCL_INTRO
-    doc_style: str = "compact"  # json | compact | brief (selskill.envs.bfcl.render_function_docs)
+    doc_style: str = "compact"  # json | compact | brief (selskill.benchmarks.bfcl.env.render_function_docs)
     examples: bool = True  # few-shot examples in the system prompt (the paper's App. G)
 
     def __post_init__(self) -> None:
@@ -238,58 +238,47 @@ def bfcl_prefix_after_skill(
 # --- the episode host --------------------------------------------------------------------
 
 
-class BfclEpisodeHost(EpisodeHost):
-    """`EpisodeHost` for `BfclEnv`: per-task system prompt, turn ends, the checker's verdict."""
+class BfclHooks(EpisodeHooks):
+    """The episode hooks of `BfclEnv`: per-task system prompt, turn ends, the checker's verdict."""
 
-    def _opening(self, env: Env, state: EnvState, listing: str) -> list[dict]:
-        return opening_messages(self.fmt, listing, env.functions, state)
+    def opening(self, fmt: BfclTurnFormat, env: Env, state: EnvState, listing: str) -> list[dict]:
+        return opening_messages(fmt, listing, env.functions, state)
 
-    def _initial_prefix(self, env: Env, state: EnvState) -> EpisodePrefix:
+    def first_prefix(self, env: Env, state: EnvState) -> EpisodePrefix:
         return bfcl_first_prefix(state)
 
-    def _extend_prefix(self, prefix: EpisodePrefix, record: dict, state: EnvState, call) -> EpisodePrefix:
+    def extend_prefix(self, library, prefix: EpisodePrefix, record: dict, state: EnvState, call) -> EpisodePrefix:
         if record["kind"] == "skill":
-            return bfcl_prefix_after_skill(prefix, self.library, record["skill"], call, state)
+            return bfcl_prefix_after_skill(prefix, library, record["skill"], call, state)
         return bfcl_prefix_after_step(prefix, state)
 
-    def _act(self, env: Env, action: str) -> tuple[EnvState, list[str], dict]:
+    def act(self, fmt: BfclTurnFormat, env: Env, action: str) -> tuple[EnvState, list[str], dict]:
         command = action_command(action)
         state = env.step(command)
-        reply = after_malformed(self.fmt, state) if broken_call_list(action) else after_step(self.fmt, state)
+        reply = after_malformed(fmt, state) if broken_call_list(action) else after_step(fmt, state)
         return state, [command], reply
 
-    def _apply(self, ep, gen) -> None:
-        super()._apply(ep, gen)
-        record = ep.turns[-1] if ep.turns else None
-        if record and record["kind"] == "action" and broken_call_list(record["action"] or ""):
+    def classify(self, record: dict) -> None:
+        if record["kind"] == "action" and broken_call_list(record["action"] or ""):
             record.update(kind="malformed", reason="bad_call_list")
 
-    def _malformed(self, env: Env) -> tuple[EnvState, list[str], dict]:
+    def malformed(self, fmt: BfclTurnFormat, env: Env) -> tuple[EnvState, list[str], dict]:
         state = env.step(END_TURN_COMMAND)
-        return state, [END_TURN_COMMAND], after_malformed(self.fmt, state)
+        return state, [END_TURN_COMMAND], after_malformed(fmt, state)
 
-    def _termination(self, ep) -> str | None:
-        state = ep.env.state
-        if state.done and not state.won:
-            # BFCL's checker judged the last turn (or the 20-step limit quit the task): the row's
-            # `error` keeps the checker's error_type, e.g. multi_turn:instance_state_mismatch
-            verdict = state.info.get("verdict") or {}
-            ep.error = verdict.get("error_type") or None
-            return "step_limit" if ep.error == "multi_turn:force_terminated" else "failed"
-        return super()._termination(ep)
-
-
-class BfclEpisodeRunner(EpisodeRunner):
-    """`EpisodeRunner` whose episodes are played by a `BfclEpisodeHost`."""
-
-    host_class = BfclEpisodeHost
+    def ended(self, state: EnvState) -> tuple[str, str | None] | None:
+        if not (state.done and not state.won):
+            return None
+        # BFCL's checker judged the last turn (or the 20-step limit quit the task): the row's
+        # `error` keeps the checker's error_type, e.g. multi_turn:instance_state_mismatch
+        error = (state.info.get("verdict") or {}).get("error_type") or None
+        return ("step_limit" if error == "multi_turn:force_terminated" else "failed"), error
 
 
 __all__ = [
     "END_TURN",
     "MALFORMED_FEEDBACK",
-    "BfclEpisodeHost",
-    "BfclEpisodeRunner",
+    "BfclHooks",
     "BfclTurnFormat",
     "after_malformed",
     "after_skill",

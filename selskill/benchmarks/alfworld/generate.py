@@ -24,8 +24,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from selskill.config.names import ALFWORLD_SPLITS as SPLITS
-from selskill.config.names import GAME_SIZES as SIZES
+from selskill.benchmarks.alfworld.config import GAME_SIZES as SIZES
+from selskill.benchmarks.alfworld.config import SPLITS
 
 TASK_TYPES: tuple[str, ...] = (
     "pick_and_place_simple",

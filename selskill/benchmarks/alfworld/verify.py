@@ -3,7 +3,7 @@
 A game that starts won, has no task text, or cannot be won would silently corrupt success
 rates and preference labels downstream. A game with a stored walkthrough (every generated
 game) is checked by replaying it. Real ALFWorld data carries none, so there a player must
-win the game instead: our expert (selskill/envs/expert.py, no skill calls; the default) or
+win the game instead: our expert (selskill/benchmarks/alfworld/expert.py, no skill calls; the default) or
 alfworld's hand-coded expert (`expert="handcoded"`). A game a player loses is reported
 lost with the reason ("expert_stuck", "step_limit"): not proof that it is unwinnable, but
 a game the demonstrations cannot use either.
@@ -15,7 +15,7 @@ import json
 from collections import Counter
 from dataclasses import dataclass, field
 
-from selskill.envs.alfworld import AlfworldEnv, GameIndex, GameRecord
+from selskill.benchmarks.alfworld.env import AlfworldEnv, GameIndex, GameRecord
 from selskill.envs.base import EnvError
 
 EXPERTS = ("ours", "handcoded")
@@ -78,12 +78,12 @@ def verify_game(
             state = env.step(command)
         return (None if state.won else "solution_does_not_win"), "walkthrough"
     if expert == "handcoded":
-        from selskill.envs.handcoded import HandcodedPlayer
+        from selskill.benchmarks.alfworld.handcoded import HandcodedPlayer
 
         player = handcoded or HandcodedPlayer(env.grammar)
         _, won, reason = player.play(record, max_steps)
         return (None if won else reason), "handcoded"
-    from selskill.envs.expert import play_expert
+    from selskill.benchmarks.alfworld.expert import play_expert
 
     try:
         _, _, reason = play_expert(env, record, max_env_steps=max_steps)
@@ -105,7 +105,7 @@ def verify_games(
     env = AlfworldEnv(index)
     handcoded = None
     if expert == "handcoded":
-        from selskill.envs.handcoded import HandcodedPlayer
+        from selskill.benchmarks.alfworld.handcoded import HandcodedPlayer
 
         handcoded = HandcodedPlayer(env.grammar)
     report = VerifyReport(skipped=Counter(index.skipped))

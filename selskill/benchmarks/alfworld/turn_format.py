@@ -2,7 +2,7 @@
 
 Kept apart from `selskill.agent.turn_format` so that the format's structure (tags, sections,
 the order of the parts) is the environment-generic part and these strings are what ALFWorld
-supplies to it, as `selskill.agent.bfcl` supplies BFCL's. They are `AlfworldTurnFormat`'s
+supplies to it, as `selskill.benchmarks.bfcl.episode` supplies BFCL's. They are `AlfworldTurnFormat`'s
 defaults: every ALFWorld prompt recorded so far was written with them, and a change of one
 character changes every ALFWorld prompt's tokens.
 """

@@ -17,7 +17,7 @@ Design choices, and why:
   and it fails (`multi_turn:force_terminated`).
 - **Every decoded call is executed and judged**, as in BFCL: unknown names and calls that
   raise included, each answered with BFCL's own text. Execution is BFCL's
-  (selskill/envs/bfcl_execution.py): its method-name rewrite, its refused names, then a walk
+  (selskill/benchmarks/bfcl/execution.py): its method-name rewrite, its refused names, then a walk
   of the expression on our backends instead of its `eval`, so outputs are BFCL's byte for
   byte and no model text ever runs anything but a backend method.
 - **What is callable is what BFCL shows**: the docs of the involved classes, minus the
@@ -64,11 +64,9 @@ from functools import cache
 from importlib import resources
 from pathlib import Path
 
-from selskill.config.names import BFCL_CATEGORIES as CATEGORIES
-from selskill.config.names import DOC_STYLES
-from selskill.config.run import split_scenarios
+from selskill.benchmarks.bfcl.config import CATEGORIES, DOC_STYLES, split_scenarios
+from selskill.benchmarks.bfcl.execution import CallExecutor
 from selskill.envs.base import EnvError, EnvState, replay_commands
-from selskill.envs.bfcl_execution import CallExecutor
 from selskill.envs.calls import decode_step
 
 BFCL_VERSION = "2026.3.23"
@@ -651,6 +649,7 @@ class BfclTaskIndex:
     games: list[TaskRecord] = field(default_factory=list)
     skipped: Counter = field(default_factory=Counter)  # nothing is skipped: every task plays
     patched: int = 0
+    benchmark = "bfcl"  # its registry name (selskill.registry.benchmark_of_index)
 
     def by_id(self) -> dict[str, TaskRecord]:
         return {g.task_id: g for g in self.games}

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from selskill.envs.alfworld import TRAJ_FILE, GameRecord
+from selskill.benchmarks.alfworld.env import TRAJ_FILE, GameRecord
 from selskill.envs.base import EnvState, natural_key
 
 DEFAULT_MAX_ENV_STEPS = 50
@@ -108,7 +108,7 @@ class TaskSpec:
 
 
 def _prior_by_object() -> dict[str, dict[str, int]]:
-    from selskill.envs.alfworld_gen import load_placement_prior
+    from selskill.benchmarks.alfworld.generate import load_placement_prior
 
     by_obj: dict[str, dict[str, int]] = {}
     for rtype, counts in load_placement_prior().items():

@@ -29,7 +29,7 @@ import re
 from collections.abc import Mapping
 from functools import lru_cache
 
-from selskill.config.names import GRAMMAR_MODES
+from selskill.benchmarks.alfworld.config import GRAMMAR_MODES
 
 OLD_PUT_TEMPLATE = "put {o} in/on {r}"
 NEW_PUT_TEMPLATE = "move {o} to {r}"
@@ -71,7 +71,7 @@ def strict_error(path: str) -> OldGrammarError:
 
 
 def _shipped(name: str) -> str:
-    from selskill.envs.alfworld_gen import domain_text, grammar_text
+    from selskill.benchmarks.alfworld.generate import domain_text, grammar_text
 
     return domain_text() if name == "domain" else grammar_text()
 

@@ -6,7 +6,7 @@ it: every new PddlEnv loads its own libdownward copy and never frees it. Planner
 (`policy_commands`) is never requested: it replans on every step and can take minutes.
 
 Game files in alfworld's old grammar (`put X in/on Y`) are detected when indexed and loaded,
-and patched in memory unless `grammar="strict"` (selskill/envs/alfworld_grammar.py says why).
+and patched in memory unless `grammar="strict"` (selskill/benchmarks/alfworld/grammar.py says why).
 Real data may also ship `valid_train` (train games alfworld sets apart for evaluation): it is a
 split of its own, indexed only when asked for, so "all splits" never counts train games twice.
 """
@@ -21,9 +21,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from selskill.config.names import KNOWN_SPLITS, REAL_ONLY_SPLITS
-from selskill.envs.alfworld_gen import SPLITS, TASK_TYPES
-from selskill.envs.alfworld_grammar import (
+from selskill.benchmarks.alfworld.config import KNOWN_SPLITS, REAL_ONLY_SPLITS
+from selskill.benchmarks.alfworld.generate import SPLITS, TASK_TYPES
+from selskill.benchmarks.alfworld.grammar import (
     OldGrammarError,
     check_mode,
     is_old_grammar,
@@ -55,6 +55,7 @@ class GameIndex:
     games: list[GameRecord] = field(default_factory=list)
     skipped: Counter = field(default_factory=Counter)
     grammar: str = "patch"
+    benchmark = "alfworld"  # its registry name (selskill.registry.benchmark_of_index)
 
     def by_id(self) -> dict[str, GameRecord]:
         return {g.task_id: g for g in self.games}
@@ -345,8 +346,9 @@ def install_context_copy() -> None:
 
 def _make_engine():
     import textworld
-    from alfworld.agents.environment.alfred_tw_env import AlfredDemangler
     from textworld.envs.pddl import PddlEnv
+
+    from alfworld.agents.environment.alfred_tw_env import AlfredDemangler
 
     install_grammar_parse_cache()
     install_translation_cache()

@@ -17,9 +17,10 @@ def _policy(model_dir: str | None, **kwargs):
 
     if model_dir:
         return HFPolicy(model_dir, **kwargs), model_dir
-    from selskill.agent.alfworld import AlfworldTurnFormat
+    from selskill.benchmarks.alfworld import load_alfworld_skills
+    from selskill.benchmarks.alfworld.turn_format import AlfworldTurnFormat
     from selskill.policy.bootstrap import build_model, train_tokenizer
-    from selskill.skills import load_alfworld_skills, render_listing
+    from selskill.skills import render_listing
 
     texts = [AlfworldTurnFormat(style="compact").system_text(render_listing(load_alfworld_skills()))] * 4
     tok = train_tokenizer(texts, vocab_size=1024)
@@ -31,10 +32,10 @@ def bench_episodes(
 ) -> dict:
     import functools
 
-    from selskill.agent.alfworld import AlfworldTurnFormat
     from selskill.agent.runner import EpisodeRunner, EpisodeSpec, RunnerConfig
-    from selskill.envs.alfworld import AlfworldEnv, clear_engine_caches
-    from selskill.skills import load_alfworld_skills
+    from selskill.benchmarks.alfworld import load_alfworld_skills
+    from selskill.benchmarks.alfworld.env import AlfworldEnv, clear_engine_caches
+    from selskill.benchmarks.alfworld.turn_format import AlfworldTurnFormat
 
     clear_engine_caches()  # every setting starts as a fresh stage process (or episode child) does
     runner = EpisodeRunner(
@@ -75,7 +76,7 @@ def bench_episodes(
 
 def bench_env(index, games: int = 6, steps: int = 8) -> dict:
     """Engine cost alone: reset of a game not seen before, reset of a seen one, one step."""
-    from selskill.envs.alfworld import AlfworldEnv
+    from selskill.benchmarks.alfworld.env import AlfworldEnv
 
     env = AlfworldEnv(index)
     tasks = [g.task_id for g in index.games][:games]
@@ -144,8 +145,8 @@ def bench_rollout(
 ) -> dict:
     import torch
 
-    from selskill.envs.alfworld import find_games
-    from selskill.envs.alfworld_gen import generate_games
+    from selskill.benchmarks.alfworld.env import find_games
+    from selskill.benchmarks.alfworld.generate import generate_games
 
     if games_dir is None:
         games_dir = tempfile.mkdtemp(prefix="selskill-bench-")
@@ -174,8 +175,8 @@ def bench_rollout(
 
 def main_scenes(args) -> int:
     """`selskill bench scenes`: one row of scene figures per games root (real or generated)."""
-    from selskill.envs.alfworld import find_games
-    from selskill.envs.scene_stats import index_stats
+    from selskill.benchmarks.alfworld.env import find_games
+    from selskill.benchmarks.alfworld.scene_stats import index_stats
 
     result = {}
     for root in args.dirs:

@@ -15,7 +15,7 @@ import statistics
 from collections import Counter
 from dataclasses import dataclass
 
-from selskill.envs.alfworld import GameIndex
+from selskill.benchmarks.alfworld.env import GameIndex
 
 _RECEPTACLE_AT = re.compile(r"\(receptacleAtLocation\s+(\S+)\s+(\S+)\)")
 _OBJECT_AT = re.compile(r"\(objectAtLocation\s+(\S+)\s+(\S+)\)")
@@ -45,7 +45,7 @@ def index_stats(index: GameIndex, admissible: bool = False, progress: bool = Fal
     """Means over the index's games; with `admissible`, each game is loaded to count its first commands."""
     env = None
     if admissible:
-        from selskill.envs.alfworld import AlfworldEnv
+        from selskill.benchmarks.alfworld.env import AlfworldEnv
 
         env = AlfworldEnv(index)
     games = index.games

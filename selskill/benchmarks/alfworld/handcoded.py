@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import random
 
-from selskill.envs.alfworld import GameRecord
-from selskill.envs.alfworld_grammar import check_mode, load_game
+from selskill.benchmarks.alfworld.env import GameRecord
+from selskill.benchmarks.alfworld.grammar import check_mode, load_game
 
 
 class HandcodedPlayer:
@@ -22,8 +22,9 @@ class HandcodedPlayer:
 
     def _make(self):
         import textworld
-        from alfworld.agents.environment.alfred_tw_env import AlfredDemangler, AlfredExpert
         from textworld.envs.pddl import PddlEnv
+
+        from alfworld.agents.environment.alfred_tw_env import AlfredDemangler, AlfredExpert
 
         infos = textworld.EnvInfos(admissible_commands=True, won=True, facts=True)
         return AlfredExpert(AlfredDemangler(PddlEnv(infos)), expert_type="handcoded")

@@ -10,10 +10,11 @@ import json
 from collections.abc import Callable
 
 from selskill.agent.parser import parse_turn
-from selskill.envs.alfworld import AlfworldEnv, record_for_trial
+from selskill.benchmarks.alfworld import load_alfworld_skills
+from selskill.benchmarks.alfworld.env import AlfworldEnv, record_for_trial
+from selskill.benchmarks.alfworld.verify import known_solution
 from selskill.envs.base import EnvState
-from selskill.envs.verify import known_solution
-from selskill.skills import SkillExecutor, load_alfworld_skills, render_listing
+from selskill.skills import SkillExecutor, render_listing
 
 HELP = (
     "Type an admissible command, /<skill> [JSON arguments], a <tool_call>...</tool_call>, /skills, or /quit."
@@ -43,8 +44,8 @@ def play_game(
     if walkthrough:
         solution = known_solution(record)
         if not solution:
-            from selskill.envs.expert import play_expert
-            from selskill.envs.verify import DEFAULT_MAX_STEPS
+            from selskill.benchmarks.alfworld.expert import play_expert
+            from selskill.benchmarks.alfworld.verify import DEFAULT_MAX_STEPS
 
             out(
                 f"[{record.path} stores no walkthrough (real ALFWorld data carries none): "

@@ -1,0 +1,167 @@
+"""The benchmarks selskill plays, registered by name (the recipe's `benchmark`).
+
+A benchmark is a plugin package, `selskill/benchmarks/<name>/` for the built-in ones or any
+installed package that declares an entry point in the `selskill.benchmarks` group. Its
+`__init__` registers one `Benchmark`, and everything the core needs of it is a field of
+that record: the core (config, data, agent, policy, skills, stages, train, report, cli)
+imports no benchmark package and branches on no benchmark name, so a new benchmark is one
+folder. `make lint` enforces it: nothing outside a benchmark package imports one.
+
+This module sits below every layer that asks for a benchmark (the recipe parser asks for
+its sections, the metrics for its step measure, the report for its words) and imports none
+of them: a plugin is found by its module name, when first asked for, and the fields that
+need the plugin's heavier parts (its environment, episode hooks, init builder) are
+callables that import them only when called. A plugin's `__init__` therefore stays light:
+its recipe section and this record.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+from typing import Any
+
+# the benchmarks that ship with selskill; installed plugins add theirs through ENTRY_POINT_GROUP
+BUILTIN = ("selskill.benchmarks.alfworld", "selskill.benchmarks.bfcl")
+ENTRY_POINT_GROUP = "selskill.benchmarks"
+DEFAULT_BENCHMARK = "alfworld"  # the recipe's default `benchmark`, and that of rows that name none
+
+
+@dataclass(frozen=True)
+class StepMeasure:
+    """What one step of an episode is: Avg. Steps and the label stage's efficiency rule both use it."""
+
+    episode: str  # rollout / fork column of a whole episode's steps
+    after_branch: str  # fork column of the steps from the branch turn on
+    what: str  # in words, for reports
+
+
+@dataclass(frozen=True)
+class Wording:
+    """How reports and summaries speak of a benchmark."""
+
+    tasks: str = "tasks"  # what the round summary calls its tasks
+    task_type: str = "task type"  # what a per-type table groups by
+    step_gap: str = "agent"  # "chosen - rejected <step_gap> steps"
+    steps: str = "agent steps: actions, skill calls and malformed turns"  # what a step is, in a sentence
+    description: str = ""  # one sentence under a report's title ("" : none)
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    """What the core needs of one benchmark.
+
+    `run` below is the parsed run section; the benchmark's own recipe section (one of
+    `sections`, the one its `settings` names) is `run.benchmark_settings`. A task index has
+    `games` (records with `task_id` `<split>/<id>` and `task_type`), `by_id()`, `skipped`,
+    `patched`, `summary()` and `benchmark` (this record's name).
+    """
+
+    name: str
+    steps: StepMeasure
+    # the task splits its recipe may name (`sample_split`, `eval_splits`), from its settings
+    splits: Callable[[Any], tuple[str, ...]]
+    held_out: tuple[str, ...]  # what `eval_splits` evaluates when the recipe leaves it empty
+    task_index: Callable[[Any, str], Any]  # (run, split) -> the tasks of one split
+    # what the tasks of one split are made of (file hashes, package versions): a stage records it, so
+    # regenerated or edited tasks are refused like a changed recipe (selskill.data.manifest)
+    identity: Callable[[Any, str], dict]
+    env_factory: Callable[[Any], Callable[[], Any]]  # picklable: episodes may run in a child process
+    skills: Callable[[], Any]  # its shipped SkillLibrary
+    turn_format: Callable[[Any, Any], Any]  # (rollout section, settings) -> its TurnFormat
+    settings: type | None = None  # its recipe section (a dataclass, keys prefixed by its name), if any
+    # the episode hooks (selskill.agent.hooks.EpisodeHooks) its host plays with; None: the default ones
+    hooks: Callable[[], Any] | None = None
+    # the init builder (recipe, policy_dir, tokenizer/format...) `selskill init` runs when no model is named
+    build_init: Callable[..., Any] | None = None
+    # one-off data the recipe needs before any stage plays (ALFWorld generates its games)
+    prepare: Callable[[Any, Sequence[str]], None] | None = None
+    # `selskill eval --games DIR`: an index over a directory of tasks, where the env has them
+    index_from_dir: Callable[[Any, str, str], Any] | None = None
+    # recipe rules that span sections (`{section class name: section}`); raises ValueError
+    check_recipe: Callable[[dict], None] | None = None
+    # its turns are non-thinking by rule: the chat template is told so (`enable_thinking`) even in compact turns
+    states_thinking: bool = False
+    # `selskill` sub-commands of its own (selskill.cli's Command shape), and `selskill bench` ones
+    commands: Callable[[], Sequence[Any]] = lambda: ()
+    bench_commands: Callable[[], Sequence[Any]] = lambda: ()
+    wording: Wording = Wording()
+    extra: str = ""  # the pip extra that installs its dependencies (selskill[<extra>])
+
+
+_REGISTRY: dict[str, Benchmark] = {}
+_discovered = False
+
+
+def register(spec: Benchmark) -> Benchmark:
+    """Make `spec` a benchmark recipes can name (a plugin's `__init__` calls it on import)."""
+    _REGISTRY[spec.name] = spec
+    return spec
+
+
+def _discover() -> None:
+    """Import the built-in plugins and those installed under ENTRY_POINT_GROUP, once."""
+    global _discovered
+    if _discovered:
+        return
+    _discovered = True
+    modules = list(BUILTIN) + [ep.value for ep in entry_points(group=ENTRY_POINT_GROUP)]
+    for module in dict.fromkeys(modules):
+        importlib.import_module(module)
+
+
+def names() -> tuple[str, ...]:
+    """Every registered benchmark, built-in ones first."""
+    _discover()
+    return tuple(_REGISTRY)
+
+
+def benchmark(name: str = DEFAULT_BENCHMARK) -> Benchmark:
+    _discover()
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise ValueError(f"unknown benchmark {name!r}; choose from {', '.join(_REGISTRY)}") from None
+
+
+def benchmark_of_index(index) -> Benchmark:
+    """The benchmark whose task index `index` is."""
+    return benchmark(index.benchmark)
+
+
+def wording_of(name: str) -> Wording:
+    """How to speak of benchmark `name`; the plain words where it is not installed here (a report
+    may read a run made elsewhere)."""
+    try:
+        return benchmark(name).wording
+    except ValueError:
+        return Wording()
+
+
+def settings_sections() -> tuple[type, ...]:
+    """Every registered benchmark's recipe section (each recipe parses them all, and checks its own)."""
+    return tuple(b.settings for b in (benchmark(n) for n in names()) if b.settings is not None)
+
+
+def step_measure(name: str = DEFAULT_BENCHMARK) -> StepMeasure:
+    """How benchmark `name` counts steps (its plugin is the only place that decides it)."""
+    return benchmark(name).steps
+
+
+__all__ = [
+    "BUILTIN",
+    "DEFAULT_BENCHMARK",
+    "ENTRY_POINT_GROUP",
+    "Benchmark",
+    "StepMeasure",
+    "Wording",
+    "benchmark",
+    "benchmark_of_index",
+    "names",
+    "register",
+    "settings_sections",
+    "step_measure",
+    "wording_of",
+]
