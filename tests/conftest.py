@@ -9,7 +9,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import pytest  # noqa: E402
 
-from selskill.envs import alfworld_gen  # noqa: E402
+from selskill.benchmarks.alfworld import generate as alfworld_gen  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

@@ -5,9 +5,9 @@ import json
 
 import pytest
 
+from selskill.benchmarks.alfworld import generate as gen
 from selskill.benchmarks.alfworld.env import AlfworldEnv, find_games
 from selskill.benchmarks.alfworld.verify import verify_games
-from selskill.envs import alfworld_gen as gen
 
 
 def _play(env, task_id, commands):

@@ -83,11 +83,11 @@ def test_strict_mode_refuses_old_grammar_naming_the_file_and_the_fix():
         AlfworldEnv([record], grammar="strict").reset(record.task_id)
     with pytest.raises(ValueError, match="alfworld_grammar must be one of patch, strict"):
         find_games(SAMPLE, "train", grammar="lenient")
-    from selskill.config import RunConfig
+    from selskill.benchmarks.alfworld.config import AlfworldConfig
 
-    assert RunConfig().alfworld_grammar == "patch"
+    assert AlfworldConfig().alfworld_grammar == "patch"
     with pytest.raises(ValueError, match="alfworld_grammar"):
-        RunConfig(alfworld_grammar="lenient")
+        AlfworldConfig(alfworld_grammar="lenient")
 
 
 @needs_sample

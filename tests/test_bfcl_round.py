@@ -79,7 +79,7 @@ def round_dir(tmp_path_factory):
     build_bfcl_init_policy(
         root / "init" / "model",
         categories=("base",),
-        scenarios=recipe.run.bfcl_split("train"),
+        scenarios=recipe.settings.split("train"),
         seed=0,
         mix=BfclDemoMix(opening_memory=1.0, useful=0.0, reference_memory=0.0, wrong_executable=0.0),
         vocab_size=1024,

@@ -242,8 +242,8 @@ def test_recipe_rules_of_benchmark_bfcl(tmp_path):
         return load_recipe(["--config", str(path)])
 
     r = recipe(bfcl_categories="base,miss_func", bfcl_scenarios="3,5")
-    assert r.run.categories == ("base", "miss_func") and r.run.kept_scenarios == (3, 5)
-    assert set(r.run.bfcl_split("train")) | set(r.run.bfcl_split("test")) == {3, 5}
+    assert r.settings.categories == ("base", "miss_func") and r.settings.kept_scenarios == (3, 5)
+    assert set(r.settings.split("train")) | set(r.settings.split("test")) == {3, 5}
     with pytest.raises(ValueError, match="action_choice must be free with benchmark: bfcl"):
         recipe(action_choice="admissible")
     with pytest.raises(ValueError, match="turn_style must be compact"):

@@ -7,10 +7,10 @@ import pytest
 from selskill.agent.parser import parse_turn
 from selskill.agent.transcript import after_action, after_skill, opening_messages
 from selskill.agent.turn_format import render_action, render_skill_call
+from selskill.benchmarks.alfworld import generate as alfworld_gen
 from selskill.benchmarks.alfworld import load_alfworld_skills
 from selskill.benchmarks.alfworld.env import AlfworldEnv, find_games
 from selskill.benchmarks.alfworld.expert import search_order
-from selskill.envs import alfworld_gen
 from selskill.envs.base import natural_key
 from selskill.init.demos import (
     DEMO_FORMAT,

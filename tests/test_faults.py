@@ -23,6 +23,7 @@ import yaml
 from fixtures_run import rollout_row
 from test_pipeline_stages import _inproc, recipe  # noqa: F401 (the fixture)
 
+from selskill.benchmarks.alfworld.config import AlfworldConfig
 from selskill.config import PolicyConfig, RunConfig
 from selskill.data.contract import StageRefused, read_stage
 from selskill.data.inputs import StageInputs, changed_settings
@@ -359,7 +360,9 @@ def test_an_unreadable_game_is_counted_in_the_stats_and_said(tmp_path, small_gam
     broken = sorted(games.rglob("game.tw-pddl"))[0]
     broken.write_text("{ not json")
     stats = StageStats()
-    tasks, index = task_list(RunConfig(games_dir=str(games)), "train", 0, stats)
+    run = RunConfig()
+    run.benchmark_settings = AlfworldConfig(games_dir=str(games))
+    tasks, index = task_list(run, "train", 0, stats)
     assert len(tasks) == 5 and stats.extra["games_skipped"] == {"unreadable_game_file": 1}
     assert "skipped: unreadable_game_file=1" in capsys.readouterr().err
     stage = StageDir(tmp_path / "sample")

@@ -20,6 +20,7 @@ import pytest
 from test_faults import ENV, ROOT, _compute, _run, _sample_rank, branch_rows
 from test_pipeline_stages import _inproc
 
+from selskill.benchmarks.alfworld.config import AlfworldConfig
 from selskill.benchmarks.alfworld.env import data_root
 from selskill.benchmarks.alfworld.generate import generate_games
 from selskill.config import RunConfig
@@ -89,7 +90,8 @@ def test_real_data_is_indexed_once_under_runs_dir_and_an_edited_file_is_a_change
     real = tmp_path / "alfworld"
     shutil.copytree(sample, real)  # edited below: never the shared copy
     monkeypatch.setenv("ALFWORLD_DATA", str(real))
-    run = RunConfig(use_alfworld_data=True, runs_dir=str(tmp_path / "runs"))
+    run = RunConfig(runs_dir=str(tmp_path / "runs"))
+    run.benchmark_settings = AlfworldConfig(use_alfworld_data=True)
     hashed = []
     real_sha = manifest.file_sha256
     monkeypatch.setattr(manifest, "file_sha256", lambda p: hashed.append(p) or real_sha(p))
@@ -110,7 +112,7 @@ def test_real_data_is_indexed_once_under_runs_dir_and_an_edited_file_is_a_change
 
 def test_another_bfcl_eval_version_or_data_is_refused(tmp_path, monkeypatch):
     pytest.importorskip("bfcl_eval")
-    from selskill.envs import bfcl
+    from selskill.benchmarks.bfcl import env as bfcl
 
     run = _run(tmp_path, benchmark="bfcl")
     games = games_identity(run, ["train"])

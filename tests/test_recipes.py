@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from selskill.config import load_recipe
 from selskill.train.run import count_steps, dry_run, launch, parse
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,7 +43,8 @@ def test_every_recipe_parses_and_dry_runs(recipe, tmp_path, monkeypatch):
 def test_dpo_8b_is_the_paper_setting(monkeypatch):
     monkeypatch.chdir(ROOT)
     run, policy, cfg = parse(["--config", "recipes/dpo_8b.yaml", "--dry_run"])
-    assert policy.model_name_or_path == "Qwen/Qwen3-8B" and run.use_alfworld_data
+    assert policy.model_name_or_path == "Qwen/Qwen3-8B"
+    assert load_recipe(["--config", "recipes/dpo_8b.yaml", "--dry_run"]).settings.use_alfworld_data
     assert (cfg.beta, cfg.learning_rate, cfg.num_train_epochs, cfg.warmup_steps) == (0.1, 1e-6, 3, 0.1)
     assert cfg.lr_scheduler_type.value == "cosine" and cfg.max_length == 4096 and cfg.window_turns == 3
     assert cfg.kinds == ("episode", "local") and cfg.bf16 and cfg.gradient_checkpointing
@@ -156,9 +158,18 @@ def test_training_parses_only_its_sections():
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     loaded = out.stdout.split()
-    assert {m.split(".")[1] for m in loaded if "." in m} == {"config", "data", "errors", "logs", "train"}, (
-        loaded
-    )
+    assert {m.split(".")[1] for m in loaded if "." in m} == {
+        "benchmarks",
+        "config",
+        "data",
+        "errors",
+        "logs",
+        "registry",
+        "train",
+    }, loaded
+    # of a benchmark plugin only what declares its recipe section: no environment, turn format or init
+    plugins = [m for m in loaded if m.startswith("selskill.benchmarks.")]
+    assert plugins and all(m.count(".") == 2 or m.endswith(".config") for m in plugins), plugins
 
 
 def test_selskill_train_relaunches_under_the_recipes_accelerate_config(monkeypatch):
@@ -193,7 +204,7 @@ def test_dpo_8b_lora_is_dpo_8b_on_one_gpu(monkeypatch):
     full, lora = (
         load_recipe(["--config", f"recipes/{n}.yaml", "--dry_run"]) for n in ("dpo_8b", "dpo_8b_lora")
     )
-    for section in ("policy", "games", "rollout", "sample", "branch", "fork", "label", "eval"):
+    for section in ("policy", "settings", "rollout", "sample", "branch", "fork", "label", "eval"):
         assert getattr(full, section) == getattr(lora, section), section
     cfg = lora.train
     assert cfg.use_peft and not full.train.use_peft and not cfg.train_accelerate_config

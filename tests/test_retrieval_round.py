@@ -111,7 +111,7 @@ def _host(run) -> EpisodeHost:
 
     recipe = load_recipe(["--config", str(run.recipe)])
     policy = SimpleNamespace(tokenizer=AutoTokenizer.from_pretrained(run.model))
-    runner = make_runner(policy, find_games(run.games), recipe.rollout, 1.0)
+    runner = make_runner(policy, find_games(run.games), recipe.rollout, 1.0, settings=recipe.settings)
     return EpisodeHost(*runner._host_args)
 
 

@@ -192,20 +192,20 @@ def test_make_runner_wires_the_recipe_keys(tokenizer, index):
     from selskill.stages.context import make_runner
 
     policy = Script(tokenizer, [])
-    plain = make_runner(policy, index, RolloutConfig(), 1.0)
-    assert plain._host_args[1].names == OWN.names and plain._host_args[-1] is None
+    plain = make_runner(policy, index, RolloutConfig(), 1.0, settings=None)
+    assert plain._host_args[1].names == OWN.names and plain._host_args[-2] is None
     rollout = RolloutConfig(retrieval_mode="progress", retrieval_library_size=40)
-    ret = make_runner(policy, index, rollout, 1.0)._host_args[-1]
+    ret = make_runner(policy, index, rollout, 1.0, settings=None)._host_args[-2]
     assert ret.config.mode == "progress" and ret.config.scorer == "bm25" and len(ret.library) == 40
     # modes without a skill tool list nothing to retrieve from
-    assert make_runner(policy, index, rollout, 0.0, mode="no_skills")._host_args[-1] is None
-    noise = make_runner(policy, index, RolloutConfig(), 0.0, mode="listing_noise", listing_size=40)
+    assert make_runner(policy, index, rollout, 0.0, mode="no_skills", settings=None)._host_args[-2] is None
+    noise = make_runner(policy, index, RolloutConfig(), 0.0, mode="listing_noise", listing_size=40, settings=None)
     library, listing = noise._host_args[1], noise._host_args[6]
-    assert len(library) == 40 and noise._host_args[-1] is None and listing == render_listing(library)
+    assert len(library) == 40 and noise._host_args[-2] is None and listing == render_listing(library)
     psg = RolloutConfig(retrieval_mode="task", retrieval_library_size=40, retrieval_pseudo_skills=True)
-    assert make_runner(policy, index, psg, 1.0).config.pseudo_skills is True
+    assert make_runner(policy, index, psg, 1.0, settings=None).config.pseudo_skills is True
     # a baseline without a listing under a pseudo-skill recipe: nothing to retrieve, nothing to write
-    assert make_runner(policy, index, psg, 0.0, mode="no_skills").config.pseudo_skills is False
+    assert make_runner(policy, index, psg, 0.0, mode="no_skills", settings=None).config.pseudo_skills is False
 
 
 # --- the parser -------------------------------------------------------------------------------

@@ -346,9 +346,8 @@ def install_context_copy() -> None:
 
 def _make_engine():
     import textworld
-    from textworld.envs.pddl import PddlEnv
-
     from alfworld.agents.environment.alfred_tw_env import AlfredDemangler
+    from textworld.envs.pddl import PddlEnv
 
     install_grammar_parse_cache()
     install_translation_cache()

@@ -22,9 +22,8 @@ class HandcodedPlayer:
 
     def _make(self):
         import textworld
-        from textworld.envs.pddl import PddlEnv
-
         from alfworld.agents.environment.alfred_tw_env import AlfredDemangler, AlfredExpert
+        from textworld.envs.pddl import PddlEnv
 
         infos = textworld.EnvInfos(admissible_commands=True, won=True, facts=True)
         return AlfredExpert(AlfredDemangler(PddlEnv(infos)), expert_type="handcoded")
