@@ -30,6 +30,8 @@ def bfcl_runner(*args, **kwargs):
     from selskill.agent.runner import EpisodeRunner
 
     return EpisodeRunner(*args, hooks=BfclHooks(), **kwargs)
+
+
 from selskill.agent.parser import parse_turn  # noqa: E402
 from selskill.agent.runner import EpisodeSpec, RunnerConfig  # noqa: E402
 from selskill.agent.turn_format import render_skill_call  # noqa: E402

@@ -199,7 +199,9 @@ def test_make_runner_wires_the_recipe_keys(tokenizer, index):
     assert ret.config.mode == "progress" and ret.config.scorer == "bm25" and len(ret.library) == 40
     # modes without a skill tool list nothing to retrieve from
     assert make_runner(policy, index, rollout, 0.0, mode="no_skills", settings=None)._host_args[-2] is None
-    noise = make_runner(policy, index, RolloutConfig(), 0.0, mode="listing_noise", listing_size=40, settings=None)
+    noise = make_runner(
+        policy, index, RolloutConfig(), 0.0, mode="listing_noise", listing_size=40, settings=None
+    )
     library, listing = noise._host_args[1], noise._host_args[6]
     assert len(library) == 40 and noise._host_args[-2] is None and listing == render_listing(library)
     psg = RolloutConfig(retrieval_mode="task", retrieval_library_size=40, retrieval_pseudo_skills=True)
@@ -466,7 +468,13 @@ def test_bfcl_progress_episodes_replay_their_listings():
     config = RunnerConfig(max_env_steps=40, max_decisions=10, max_new_tokens=64, env_overlap=False)
     ret = SkillRetriever(library, RetrievalConfig(mode="progress"))
     runner = EpisodeRunner(
-        Script(tok, script, render_action("[]")), lambda: env, library, fmt, config, retriever=ret, hooks=BfclHooks()
+        Script(tok, script, render_action("[]")),
+        lambda: env,
+        library,
+        fmt,
+        config,
+        retriever=ret,
+        hooks=BfclHooks(),
     )
     row = runner.run([EpisodeSpec("b", task_id, seed=0)])[0]
     assert all(1 <= len(t["listed"]) <= 3 for t in row["turns"])

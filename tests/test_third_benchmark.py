@@ -109,7 +109,9 @@ def counter(tmp_path_factory):
             steps=StepMeasure("n_turns", "steps_after_branch", "decisions"),
             splits=lambda settings: ("train", "test"),
             held_out=("test",),
-            task_index=lambda run, split: CounterIndex(split, [Task(t) for t in GOALS if t.startswith(split)]),
+            task_index=lambda run, split: CounterIndex(
+                split, [Task(t) for t in GOALS if t.startswith(split)]
+            ),
             identity=lambda run, split: {"goals": {t: g for t, g in GOALS.items() if t.startswith(split)}},
             env_factory=lambda index: functools.partial(CounterEnv, index),
             skills=functools.partial(_skills, root),
@@ -135,9 +137,13 @@ def _overfit(model_dir: Path, out: Path, fmt, library) -> Path:
         fmt.assistant_message(render_action("inc")),
     ]
     tok = AutoTokenizer.from_pretrained(model_dir)
-    enc = tok.apply_chat_template(messages, tokenize=True, return_dict=True, return_assistant_tokens_mask=True)
+    enc = tok.apply_chat_template(
+        messages, tokenize=True, return_dict=True, return_assistant_tokens_mask=True
+    )
     ids = torch.tensor([list(enc["input_ids"])])
-    labels = torch.tensor([[i if m else -100 for i, m in zip(enc["input_ids"], enc["assistant_masks"], strict=True)]])
+    labels = torch.tensor(
+        [[i if m else -100 for i, m in zip(enc["input_ids"], enc["assistant_masks"], strict=True)]]
+    )
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.0)
@@ -172,7 +178,9 @@ def test_a_third_benchmark_plays_a_round(counter, tiny_model_dir, tmp_path):
     r1 = round_dir(tmp_path / "runs", "c", 1)
     import pyarrow.parquet as pq
 
-    rows = [r for f in sorted((r1 / "sample" / "shards").glob("*.parquet")) for r in pq.read_table(f).to_pylist()]
+    rows = [
+        r for f in sorted((r1 / "sample" / "shards").glob("*.parquet")) for r in pq.read_table(f).to_pylist()
+    ]
     assert {r["task_id"] for r in rows} == {t for t in GOALS if t.startswith("train/")}
     assert any(r["success"] for r in rows), "the overfit policy wins some counters"
     calls = [t for r in rows for t in r["turns"] if t["kind"] == "skill"]

@@ -160,7 +160,16 @@ class EpisodeHost:
     """
 
     def __init__(
-        self, env_factory, library, fmt, config, tokenizer, chat_template_kwargs, listing, retriever=None, hooks=None
+        self,
+        env_factory,
+        library,
+        fmt,
+        config,
+        tokenizer,
+        chat_template_kwargs,
+        listing,
+        retriever=None,
+        hooks=None,
     ):
         """`retriever` (a `SkillRetriever` over `library`) lists skills per decision; None or its
         mode `all`: every skill, `listing` in the system prompt, as without retrieval. `hooks`: the
@@ -236,7 +245,9 @@ class EpisodeHost:
                 if self.retriever is not None:
                     ep.prefix = self.hooks.first_prefix(env, state)
                 ep.listed = self.listings.listed(ep.prefix, spec.pseudo_skills)
-                ep.messages = self.hooks.opening(self.fmt, env, state, self.listings.system_listing(ep.listed, self.listing))
+                ep.messages = self.hooks.opening(
+                    self.fmt, env, state, self.listings.system_listing(ep.listed, self.listing)
+                )
                 ep.messages[-1] = self.listings.step_message(ep.messages[-1], ep.listed)
                 ids = self.chat.opening(ep.messages)
                 ep.extend(ids, ROLE_PROMPT, -1)
@@ -405,7 +416,9 @@ class ProcessHost:
 
         ctx = mp.get_context("spawn")  # no fork of a process that holds torch threads
         self._conn, child = ctx.Pipe()
-        self._proc = ctx.Process(target=_serve_host, args=(child, host_args), daemon=True, name="selskill-episodes")
+        self._proc = ctx.Process(
+            target=_serve_host, args=(child, host_args), daemon=True, name="selskill-episodes"
+        )
         self._proc.start()
         child.close()
 

@@ -83,9 +83,7 @@ class Recipe:
         if missing:
             raise ValueError(f"a Recipe needs every section; missing: {', '.join(missing)}")
         attach_settings(sections)
-        return cls(
-            *(by_type[t] for t in core_dataclasses()), argv=tuple(argv) if argv is not None else None
-        )
+        return cls(*(by_type[t] for t in core_dataclasses()), argv=tuple(argv) if argv is not None else None)
 
     @property
     def settings(self):
@@ -181,7 +179,12 @@ def _unknown_keys(keys: Sequence[str], where: str) -> ValueError:
     from selskill.config.train import NOT_RECIPE_KEYS
 
     valid = sorted(
-        {f.name for t in recipe_dataclasses() for f in dataclasses.fields(t) if f.init and not f.name.startswith("_")}
+        {
+            f.name
+            for t in recipe_dataclasses()
+            for f in dataclasses.fields(t)
+            if f.init and not f.name.startswith("_")
+        }
     )
     parts = []
     for key in keys:

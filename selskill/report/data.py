@@ -121,7 +121,12 @@ def exp_benchmark(exp_dir: Path) -> str:
 
 
 def load_round(
-    exp_dir: Path, r: int, notes: list[str], n_boot: int = 1000, seed: int = 0, benchmark: str = DEFAULT_BENCHMARK
+    exp_dir: Path,
+    r: int,
+    notes: list[str],
+    n_boot: int = 1000,
+    seed: int = 0,
+    benchmark: str = DEFAULT_BENCHMARK,
 ) -> RoundData:
     """What the report needs of round r; anything missing or unreadable becomes a note."""
     runs, exp = exp_dir.parent, exp_dir.name

@@ -84,7 +84,12 @@ def _prepare(run, splits: Sequence[str]) -> None:
         if per_type <= 0 or marker.exists():
             continue
         generate_games(
-            games.games_dir, per_type=per_type, seed=games.games_seed, split=split, size=games.games_size, progress=True
+            games.games_dir,
+            per_type=per_type,
+            seed=games.games_seed,
+            split=split,
+            size=games.games_size,
+            progress=True,
         )
         marker.write_text("ok\n")
         _identity(run, split)  # hashed now, once, rather than by every rank of the first stage
@@ -108,7 +113,9 @@ def _build_init(recipe, out, **resolved):
 BENCHMARK = register(
     Benchmark(
         name="alfworld",
-        steps=StepMeasure("n_turns", "steps_after_branch", "agent steps (actions, skill calls, malformed turns)"),
+        steps=StepMeasure(
+            "n_turns", "steps_after_branch", "agent steps (actions, skill calls, malformed turns)"
+        ),
         splits=lambda settings: KNOWN_SPLITS,
         held_out=HELD_OUT,
         task_index=_task_index,

@@ -71,7 +71,10 @@ def _check_recipe(sections: dict) -> None:
         )
     if rollout is not None and rollout.turn_style != "compact":
         raise bad_value(
-            "turn_style", rollout.turn_style, "compact with benchmark: bfcl", "BFCL turns are non-thinking (the paper's App. G)"
+            "turn_style",
+            rollout.turn_style,
+            "compact with benchmark: bfcl",
+            "BFCL turns are non-thinking (the paper's App. G)",
         )
     init = sections.get("InitConfig")
     if init is not None:
@@ -88,7 +91,9 @@ BENCHMARK = register(
     Benchmark(
         name="bfcl",
         steps=StepMeasure(
-            "env_steps", "env_steps_after_branch", "function-call steps (call lists; an executable skill's calls)"
+            "env_steps",
+            "env_steps_after_branch",
+            "function-call steps (call lists; an executable skill's calls)",
         ),
         splits=lambda settings: SPLITS,
         held_out=("test",),

@@ -18,7 +18,9 @@ SPLITS: tuple[str, ...] = ("train", "test")
 DOC_STYLES: tuple[str, ...] = ("json", "compact", "brief")
 
 
-def split_scenarios(test_fraction: float = 0.5, seed: int = 0, n: int = SCENARIOS) -> tuple[list[int], list[int]]:
+def split_scenarios(
+    test_fraction: float = 0.5, seed: int = 0, n: int = SCENARIOS
+) -> tuple[list[int], list[int]]:
     """(train, test) scenario indices: a seeded shuffle by hash, the same in every process.
 
     Split scenarios, not task ids: a scenario's four category variants share their classes
@@ -78,13 +80,17 @@ class BfclConfig:
                 "bfcl_categories", self.bfcl_categories, f"a comma-separated list of {', '.join(CATEGORIES)}"
             )
         if not 0.0 <= self.bfcl_test_fraction <= 1.0:
-            raise bad_value("bfcl_test_fraction", self.bfcl_test_fraction, "in [0, 1]", "a share of scenarios")
+            raise bad_value(
+                "bfcl_test_fraction", self.bfcl_test_fraction, "in [0, 1]", "a share of scenarios"
+            )
         try:
             kept = self.kept_scenarios
         except ValueError:
             kept = ()
         if kept == () or (kept and not all(0 <= i < SCENARIOS for i in kept)):
-            raise bad_value("bfcl_scenarios", self.bfcl_scenarios, f"comma-separated integers in [0, {SCENARIOS})")
+            raise bad_value(
+                "bfcl_scenarios", self.bfcl_scenarios, f"comma-separated integers in [0, {SCENARIOS})"
+            )
         check_choice(self, "turn_doc_style", DOC_STYLES)
 
     @property

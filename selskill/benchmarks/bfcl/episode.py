@@ -247,7 +247,9 @@ class BfclHooks(EpisodeHooks):
     def first_prefix(self, env: Env, state: EnvState) -> EpisodePrefix:
         return bfcl_first_prefix(state)
 
-    def extend_prefix(self, library, prefix: EpisodePrefix, record: dict, state: EnvState, call) -> EpisodePrefix:
+    def extend_prefix(
+        self, library, prefix: EpisodePrefix, record: dict, state: EnvState, call
+    ) -> EpisodePrefix:
         if record["kind"] == "skill":
             return bfcl_prefix_after_skill(prefix, library, record["skill"], call, state)
         return bfcl_prefix_after_step(prefix, state)
