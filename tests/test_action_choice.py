@@ -13,6 +13,7 @@ from selskill.agent.turn_format import ACTION_CLOSE, ACTION_OPEN, TOOL_CALL_OPEN
 from selskill.envs.alfworld import AlfworldEnv, find_games
 from selskill.policy.base import GenerationRequest, SamplingParams
 from selskill.policy.hf import HFPolicy
+from selskill.policy.settings import HFSettings
 from selskill.skills import load_alfworld_skills
 
 FMT = AlfworldTurnFormat(style="compact", admissible_style="local")
@@ -20,7 +21,7 @@ FMT = AlfworldTurnFormat(style="compact", admissible_style="local")
 
 @pytest.fixture(scope="module")
 def policy(tiny_model_dir):
-    return HFPolicy(str(tiny_model_dir), batch_size=8)
+    return HFPolicy(str(tiny_model_dir), HFSettings(batch_size=8))
 
 
 @pytest.fixture(scope="module")

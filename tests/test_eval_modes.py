@@ -28,6 +28,7 @@ from selskill.agent.turn_format import (
 )
 from selskill.envs.alfworld import AlfworldEnv, find_games
 from selskill.policy.hf import HFPolicy
+from selskill.policy.settings import HFSettings
 from selskill.skills import load_alfworld_skills, render_listing
 from selskill.skills.pseudo_skills import CAPABILITY_CHECK_INSTRUCTION
 from selskill.stages.evaluate import EvalConfig
@@ -150,7 +151,7 @@ def test_capability_check_stats_count_checks_agreement_and_named_skills():
 
 @pytest.fixture(scope="module")
 def policy(tiny_model_dir):
-    return HFPolicy(str(tiny_model_dir), batch_size=4)
+    return HFPolicy(str(tiny_model_dir), HFSettings(batch_size=4))
 
 
 def _play(policy, small_games, mode, texts):

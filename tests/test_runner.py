@@ -11,6 +11,7 @@ from selskill.envs.alfworld import AlfworldEnv, find_games
 from selskill.envs.base import EnvError
 from selskill.policy.base import Generation
 from selskill.policy.hf import HFPolicy
+from selskill.policy.settings import HFSettings
 from selskill.skills import load_alfworld_skills
 
 FMT = AlfworldTurnFormat(style="compact", admissible_style="local")
@@ -18,7 +19,7 @@ FMT = AlfworldTurnFormat(style="compact", admissible_style="local")
 
 @pytest.fixture(scope="module")
 def policy(tiny_model_dir):
-    return HFPolicy(str(tiny_model_dir), batch_size=8)
+    return HFPolicy(str(tiny_model_dir), HFSettings(batch_size=8))
 
 
 @pytest.fixture(scope="module")
