@@ -63,6 +63,47 @@ def make_parser() -> argparse.ArgumentParser:
     return p
 
 
+def main(argv: Sequence[str] | None = None) -> int:
+    args = make_parser().parse_args(argv)
+    os.environ.setdefault("WANDB_MODE", "disabled")
+    if args.round:
+        if not args.policy:
+            print("error: --round needs --policy, the model directory that round trains", file=sys.stderr)
+            return 2
+        return round_bench(args)
+    return synthetic_bench(args)
+
+
+# --- synthetic mode -------------------------------------------------------------------------------------
+
+CORPUS = [
+    "You are an agent solving a task in a text-based household environment.",
+    "Your task is to: put a hot apple in fridge. <action>go to countertop 1</action>",
+    "On the countertop 1, you see a apple 1, a knife 2, and a mug 3. You heat the apple 1.",
+]
+
+
+def synthetic_bench(args) -> int:
+    import numpy as np
+    import torch
+
+    from selskill.policy.bootstrap import train_tokenizer
+
+    torch.manual_seed(args.seed)
+    tok = train_tokenizer(CORPUS * 20, vocab_size=554)
+    rows = _batch_rows(len(tok), args, np.random.default_rng(args.seed))
+    stock, ours = _synthetic_trainers(args, tok, rows)
+    stock_batch = stock.data_collator(
+        [{k: r[k] for k in ("prompt_ids", "chosen_ids", "rejected_ids")} for r in rows]
+    )
+    our_batch = ours.data_collator(rows)
+    for key in ("input_ids", "attention_mask", "completion_mask"):
+        assert torch.equal(stock_batch[key], our_batch[key]), f"batches differ in {key}"
+    losses, times = _alternate_steps(args, {"stock": (stock, stock_batch), "ours": (ours, our_batch)})
+    _print_synthetic(args, tok, ours, our_batch, losses, times)
+    return 0
+
+
 def _batch_rows(vocab: int, args, rng) -> list[dict]:
     rows = []
     for i in range(args.pairs):
@@ -82,33 +123,11 @@ def _batch_rows(vocab: int, args, rng) -> list[dict]:
     return rows
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = make_parser().parse_args(argv)
-    os.environ.setdefault("WANDB_MODE", "disabled")
-    if args.round:
-        if not args.policy:
-            print("error: --round needs --policy, the model directory that round trains", file=sys.stderr)
-            return 2
-        return round_bench(args)
-    import numpy as np
-    import torch
-    from datasets import Dataset
-    from trl import DPOConfig, DPOTrainer
+def _tiny_arch(args):
+    from selskill.policy.bootstrap import TinyArch
 
-    from selskill.policy.bootstrap import TinyArch, build_model, train_tokenizer
-    from selskill.train.pairs import examples_to_dataset
-    from selskill.train.trainer import SelSkillDPOTrainer
-
-    torch.manual_seed(args.seed)
-    corpus = [
-        "You are an agent solving a task in a text-based household environment.",
-        "Your task is to: put a hot apple in fridge. <action>go to countertop 1</action>",
-        "On the countertop 1, you see a apple 1, a knife 2, and a mug 3. You heat the apple 1.",
-    ]
-    tok = train_tokenizer(corpus * 20, vocab_size=554)
-    rows = _batch_rows(len(tok), args, np.random.default_rng(args.seed))
     heads = max(args.hidden // 64, 1)
-    arch = TinyArch(
+    return TinyArch(
         hidden_size=args.hidden,
         intermediate_size=3 * args.hidden,
         num_hidden_layers=args.layers,
@@ -116,9 +135,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         num_key_value_heads=max(heads // 2, 1),
         head_dim=64,
     )
-    out = tempfile.mkdtemp(prefix="bench_dpo_")
+
+
+def _synthetic_trainers(args, tok, rows):
+    """(stock TRL, ours): the same freshly built model, and the same reference from another seed."""
+    from datasets import Dataset
+    from trl import DPOConfig, DPOTrainer
+
+    from selskill.policy.bootstrap import build_model
+    from selskill.train.pairs import examples_to_dataset
+    from selskill.train.trainer import SelSkillDPOTrainer
+
+    arch = _tiny_arch(args)
     cfg = dict(
-        output_dir=out,
+        output_dir=tempfile.mkdtemp(prefix="bench_dpo_"),
         per_device_train_batch_size=args.pairs,
         learning_rate=1e-5,
         bf16=args.bf16,
@@ -146,41 +176,48 @@ def main(argv: Sequence[str] | None = None) -> int:
         train_dataset=examples_to_dataset(rows),
         processing_class=tok,
     )
-    stock_batch = stock.data_collator(
-        [{k: r[k] for k in ("prompt_ids", "chosen_ids", "rejected_ids")} for r in rows]
-    )
-    our_batch = ours.data_collator(rows)
-    for key in ("input_ids", "attention_mask", "completion_mask"):
-        assert torch.equal(stock_batch[key], our_batch[key]), f"batches differ in {key}"
-    n_params = sum(p.numel() for p in ours.model.parameters())
+    return stock, ours
 
-    def sync():
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
 
-    def step(trainer, batch):
-        if trainer.optimizer is None:
-            trainer.create_optimizer()
-            trainer.current_gradient_accumulation_steps = 1  # set by Trainer.train() otherwise
-        sync()
-        start = time.perf_counter()
-        loss = trainer.training_step(trainer.model, dict(batch))
-        trainer.optimizer.step()
-        trainer.optimizer.zero_grad(set_to_none=True)
-        sync()
-        return time.perf_counter() - start, loss.item()
+def _sync() -> None:
+    import torch
 
-    losses = {"stock": [], "ours": []}
-    times = {"stock": [], "ours": []}
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def _timed_step(trainer, batch) -> tuple[float, float]:
+    """(seconds, loss) of one forward + backward + optimizer step on `batch`."""
+    if trainer.optimizer is None:
+        trainer.create_optimizer()
+        trainer.current_gradient_accumulation_steps = 1  # set by Trainer.train() otherwise
+    _sync()
+    start = time.perf_counter()
+    loss = trainer.training_step(trainer.model, dict(batch))
+    trainer.optimizer.step()
+    trainer.optimizer.zero_grad(set_to_none=True)
+    _sync()
+    return time.perf_counter() - start, loss.item()
+
+
+def _alternate_steps(args, runs: dict) -> tuple[dict, dict]:
+    """Losses of every step and times of the timed ones, per name of `runs` ({name: (trainer, batch)});
+    the trainers take turns, first one then the other, so a busy neighbour slows both alike."""
+    losses = {name: [] for name in runs}
+    times = {name: [] for name in runs}
     for i in range(args.warmup + args.steps):
-        for name, trainer, batch in (("stock", stock, stock_batch), ("ours", ours, our_batch))[
-            :: 1 if i % 2 else -1
-        ]:
-            dt, loss = step(trainer, batch)
+        for name, (trainer, batch) in list(runs.items())[:: 1 if i % 2 else -1]:
+            dt, loss = _timed_step(trainer, batch)
             losses[name].append(loss)
             if i >= args.warmup:
                 times[name].append(dt)
+    return losses, times
 
+
+def _print_synthetic(args, tok, ours, our_batch, losses, times) -> None:
+    import torch
+
+    n_params = sum(p.numel() for p in ours.model.parameters())
     med = {k: statistics.median(v) for k, v in times.items()}
     tokens = int(our_batch["attention_mask"].sum())
     device = str(ours.args.device) + (
@@ -200,7 +237,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"step time (median of {args.steps}, forward+backward+AdamW): stock {med['stock'] * 1e3:.1f} ms  "
         f"ours {med['ours'] * 1e3:.1f} ms  ratio ours/stock {med['ours'] / med['stock']:.3f}"
     )
-    return 0
 
 
 # --- round mode -----------------------------------------------------------------------------------------
@@ -288,8 +324,6 @@ def _tokens(batch) -> int:
 
 
 def _round_step(trainer, batches, weights):
-    import torch
-
     if trainer.optimizer is None:
         trainer.create_optimizer()
     trainer.model.train()
@@ -303,8 +337,7 @@ def _round_step(trainer, batches, weights):
         total += loss.item() * weight
     trainer.optimizer.step()
     trainer.optimizer.zero_grad(set_to_none=True)
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
+    _sync()
     return time.perf_counter() - start, total
 
 

@@ -16,6 +16,7 @@ from selskill.policy.base import GenerationRequest as R
 from selskill.policy.base import SamplingParams as S
 from selskill.policy.bootstrap import TinyArch, build_model, train_tokenizer
 from selskill.policy.hf import HFPolicy
+from selskill.policy.settings import HFSettings
 
 out = {"torch": torch.__version__, "device": torch.cuda.get_device_name(0)}
 texts = [
@@ -38,7 +39,7 @@ for name, arch, dtype in [
     ),
 ]:
     model = build_model(tok, arch).to(dtype)
-    pol = HFPolicy("x", model=model, tokenizer=tok, device="cuda", batch_size=64)
+    pol = HFPolicy("x", HFSettings(device="cuda", batch_size=64), model=model, tokenizer=tok)
     eos = tok.convert_tokens_to_ids("<|im_end|>")
     p1 = [5 + (i * 37) % (len(tok) - 10) for i in range(300)]
     p2 = [5 + (i * 11) % (len(tok) - 10) for i in range(500)]

@@ -36,7 +36,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 from selskill import markdown
@@ -358,81 +358,96 @@ def format_table(rows: Sequence[dict]) -> str:
     )
 
 
-def bench_retrieval(
-    envs: Sequence[str] = ("bfcl", "alfworld"),
-    sizes: str = DEFAULT_SIZES,
-    scorers: Sequence[str] = ("bm25", "dense", "fused"),
-    dense_model: str = DEFAULT_DENSE_MODEL,
-    bfcl_split: str = "test",
-    bfcl_limit: int | None = None,
-    alfworld_games: str | None = None,
-    alfworld_split: str = "valid_seen",
-    alfworld_per_type: int = 10,
-    seed: int = 0,
-    pseudo_skills: str | None = None,
-    record_weight: float = 0.5,
-    fusion: str = "rrf",
-) -> dict:
-    from selskill.benchmarks.alfworld import load_alfworld_skills
-    from selskill.benchmarks.bfcl import load_bfcl_skills
+@dataclass(frozen=True)
+class RetrievalBench:
+    """What one `selskill bench retrieval` run measures (one field per command-line flag)."""
 
-    base = RetrievalConfig(dense_model=dense_model, record_weight=record_weight, fusion=fusion)
-    result: dict = {"config": base.to_dict(), "seed": seed, "notes": [], "rows": []}
-    chosen = list(scorers)
-    encoder = None
-    if any(s in ("dense", "fused") for s in chosen):
-        why = dense_unavailable(dense_model)
-        if why:
-            result["notes"].append(f"dense and fused skipped: the encoder does not load offline ({why})")
-            chosen = [s for s in chosen if s == "bm25"]
-        else:
-            encoder = DenseEncoder(dense_model, max_length=base.dense_max_length)
-            result["dense_model"] = encoder.path
-    pseudo = json.loads(Path(pseudo_skills).read_text()) if pseudo_skills else None
+    envs: tuple[str, ...] = ("bfcl", "alfworld")
+    sizes: str = DEFAULT_SIZES  # library sizes, "own" = the benchmark's own skills
+    scorers: tuple[str, ...] = ("bm25", "dense", "fused")
+    dense_model: str = DEFAULT_DENSE_MODEL
+    bfcl_split: str = "test"
+    bfcl_limit: int | None = None
+    alfworld_games: str | None = None  # None: tiny games generated for this run, removed after
+    alfworld_split: str = "valid_seen"
+    alfworld_per_type: int = 10
+    seed: int = 0  # distractors and demonstrations
+    pseudo_skills: str | None = None  # JSON {task_id: [pseudo-skill text, ...]} for task mode
+    record_weight: float = 0.5
+    fusion: str = "rrf"
+
+    @classmethod
+    def from_args(cls, args) -> RetrievalBench:
+        values = {f.name: getattr(args, f.name) for f in fields(cls)}
+        return cls(**{**values, "envs": tuple(args.envs), "scorers": tuple(args.scorers)})
+
+    def retrieval_config(self) -> RetrievalConfig:
+        return RetrievalConfig(
+            dense_model=self.dense_model, record_weight=self.record_weight, fusion=self.fusion
+        )
+
+
+def bench_retrieval(bench: RetrievalBench | None = None) -> dict:
+    bench = bench or RetrievalBench()
+    base = bench.retrieval_config()
+    result: dict = {"config": base.to_dict(), "seed": bench.seed, "notes": [], "rows": []}
+    chosen, encoder = _scorers(bench, base, result)
+    pseudo = json.loads(Path(bench.pseudo_skills).read_text()) if bench.pseudo_skills else None
     if pseudo is None:
         result["notes"].append("task mode without pseudo-skills (no policy): SkillDreamer's Direct Retrieval")
-    for env in envs:
+    for env in bench.envs:
         t0 = time.perf_counter()
-        if env == "bfcl":
-            own = load_bfcl_skills()
-            episodes = bfcl_episodes(own, split=bfcl_split, limit=bfcl_limit)
-            result["bfcl"] = {"split": bfcl_split, "episodes": len(episodes)}
-        elif env == "alfworld":
-            own = load_alfworld_skills()
-            episodes, root, dropped = alfworld_episodes(
-                alfworld_games, alfworld_split, alfworld_per_type, seed
-            )
-            if alfworld_games is None:  # generated for this run only
-                shutil.rmtree(root, ignore_errors=True)
-                root = f"generated: {alfworld_per_type} tiny games per task type, seed {seed} (removed)"
-            result["alfworld"] = {"games": root, "split": alfworld_split, "episodes": len(episodes),
-                                  "dropped": dropped}  # fmt: skip
-        else:
-            raise ValueError(f"unknown env {env!r} (bfcl, alfworld)")
+        own, episodes, result[env] = _env_episodes(env, bench)
         result[env]["build_seconds"] = round(time.perf_counter() - t0, 1)
-        result["rows"] += run_env(
-            env, episodes, own, parse_sizes(sizes, len(own)), chosen, encoder, base, seed, pseudo
-        )
+        sizes = parse_sizes(bench.sizes, len(own))
+        result["rows"] += run_env(env, episodes, own, sizes, chosen, encoder, base, bench.seed, pseudo)
     result["table"] = format_table(result["rows"])
     return result
 
 
+def _scorers(
+    bench: RetrievalBench, base: RetrievalConfig, result: dict
+) -> tuple[list[str], DenseEncoder | None]:
+    """The scorers that can run here and the dense encoder they need (dense ones drop, with a note,
+    when the encoder does not load offline)."""
+    chosen = list(bench.scorers)
+    if not any(s in ("dense", "fused") for s in chosen):
+        return chosen, None
+    why = dense_unavailable(bench.dense_model)
+    if why:
+        result["notes"].append(f"dense and fused skipped: the encoder does not load offline ({why})")
+        return [s for s in chosen if s == "bm25"], None
+    encoder = DenseEncoder(bench.dense_model, max_length=base.dense_max_length)
+    result["dense_model"] = encoder.path
+    return chosen, encoder
+
+
+def _env_episodes(env: str, bench: RetrievalBench) -> tuple[SkillLibrary, list[Episode], dict]:
+    """(the env's own skills, its labelled episodes, what the result records of them)."""
+    from selskill.benchmarks.alfworld import load_alfworld_skills
+    from selskill.benchmarks.bfcl import load_bfcl_skills
+
+    if env == "bfcl":
+        own = load_bfcl_skills()
+        episodes = bfcl_episodes(own, split=bench.bfcl_split, limit=bench.bfcl_limit)
+        return own, episodes, {"split": bench.bfcl_split, "episodes": len(episodes)}
+    if env == "alfworld":
+        own = load_alfworld_skills()
+        episodes, root, dropped = alfworld_episodes(
+            bench.alfworld_games, bench.alfworld_split, bench.alfworld_per_type, bench.seed
+        )
+        if bench.alfworld_games is None:  # generated for this run only
+            shutil.rmtree(root, ignore_errors=True)
+            root = (
+                f"generated: {bench.alfworld_per_type} tiny games per task type, seed {bench.seed} (removed)"
+            )
+        info = {"games": root, "split": bench.alfworld_split, "episodes": len(episodes), "dropped": dropped}
+        return own, episodes, info
+    raise ValueError(f"unknown env {env!r} (bfcl, alfworld)")
+
+
 def main(args) -> int:
-    result = bench_retrieval(
-        envs=args.envs,
-        sizes=args.sizes,
-        scorers=args.scorers,
-        dense_model=args.dense_model,
-        bfcl_split=args.bfcl_split,
-        bfcl_limit=args.bfcl_limit,
-        alfworld_games=args.alfworld_games,
-        alfworld_split=args.alfworld_split,
-        alfworld_per_type=args.alfworld_per_type,
-        seed=args.seed,
-        pseudo_skills=args.pseudo_skills,
-        record_weight=args.record_weight,
-        fusion=args.fusion,
-    )
+    result = bench_retrieval(RetrievalBench.from_args(args))
     for note in result["notes"]:
         print(f"note: {note}")
     print(result["table"])

@@ -14,13 +14,14 @@ from selskill.benchmarks.alfworld.env import AlfworldEnv, find_games
 from selskill.benchmarks.alfworld.turn_format import AlfworldTurnFormat
 from selskill.policy.base import GenerationRequest, SamplingParams
 from selskill.policy.hf import HFPolicy
+from selskill.policy.settings import HFSettings
 
 FMT = AlfworldTurnFormat(style="compact", admissible_style="local")
 
 
 @pytest.fixture(scope="module")
 def policy(tiny_model_dir):
-    return HFPolicy(str(tiny_model_dir), batch_size=8)
+    return HFPolicy(str(tiny_model_dir), HFSettings(batch_size=8))
 
 
 @pytest.fixture(scope="module")

@@ -20,6 +20,7 @@ from selskill.init.dagger import DAGGER_DEMOS, DaggerSettings, disagreements, re
 from selskill.init.demos import DemoEpisode, DemoMix
 from selskill.init.sft import MANIFEST
 from selskill.policy.hf import HFPolicy
+from selskill.policy.settings import HFSettings
 from selskill.skills import SkillExecutor, render_listing
 
 
@@ -38,7 +39,7 @@ def scripted_row(tiny_model_dir, index):
         render_action("look"),
         render_action("inventory"),
     ]
-    policy = ScriptedPolicy(HFPolicy(str(tiny_model_dir), batch_size=4), texts)
+    policy = ScriptedPolicy(HFPolicy(str(tiny_model_dir), HFSettings(batch_size=4)), texts)
     row = _runner(policy, index, max_env_steps=6).run([EpisodeSpec("s", task, seed=0)])[0]
     return task, row
 

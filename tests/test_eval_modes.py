@@ -29,6 +29,7 @@ from selskill.benchmarks.alfworld import load_alfworld_skills
 from selskill.benchmarks.alfworld.env import AlfworldEnv, find_games
 from selskill.benchmarks.alfworld.turn_format import AlfworldTurnFormat
 from selskill.policy.hf import HFPolicy
+from selskill.policy.settings import HFSettings
 from selskill.skills import render_listing
 from selskill.skills.pseudo_skills import CAPABILITY_CHECK_INSTRUCTION
 from selskill.stages.evaluate import EvalConfig
@@ -151,7 +152,7 @@ def test_capability_check_stats_count_checks_agreement_and_named_skills():
 
 @pytest.fixture(scope="module")
 def policy(tiny_model_dir):
-    return HFPolicy(str(tiny_model_dir), batch_size=4)
+    return HFPolicy(str(tiny_model_dir), HFSettings(batch_size=4))
 
 
 def _play(policy, small_games, mode, texts):

@@ -4,6 +4,7 @@ import random
 
 from selskill.policy.base import GenerationRequest, SamplingParams
 from selskill.policy.hf import HFPolicy
+from selskill.policy.settings import HFSettings
 
 
 def _turns(policy, prompts, params, turns=3, seed=0):
@@ -25,8 +26,8 @@ def _turns(policy, prompts, params, turns=3, seed=0):
 
 
 def test_ragged_prefill_matches_the_padded_batch(tiny_model_dir):
-    ragged = HFPolicy(str(tiny_model_dir), batch_size=8)
-    padded = HFPolicy(str(tiny_model_dir), batch_size=8, ragged_prefill=False)
+    ragged = HFPolicy(str(tiny_model_dir), HFSettings(batch_size=8))
+    padded = HFPolicy(str(tiny_model_dir), HFSettings(batch_size=8, ragged_prefill=False))
     calls = []
     inner = ragged._prefill_rows
     ragged._prefill_rows = lambda *a, **k: calls.append(1) or inner(*a, **k)
@@ -46,7 +47,7 @@ def test_ragged_prefill_matches_the_padded_batch(tiny_model_dir):
 
 
 def test_ragged_prefill_records_match_teacher_forcing(tiny_model_dir):
-    policy = HFPolicy(str(tiny_model_dir), batch_size=8)
+    policy = HFPolicy(str(tiny_model_dir), HFSettings(batch_size=8))
     rng = random.Random(2)
     vocab = policy.tokenizer.vocab_size
     prompts = [[rng.randrange(3, vocab) for _ in range(n)] for n in (5, 90, 31)]

@@ -67,6 +67,37 @@ def test_module_imports_without_loading_vllm():
     assert out.returncode == 0, out.stderr
 
 
+def test_engine_arguments_keep_per_request_seeds_working_on_cpu(monkeypatch):
+    """On CPU a seeded request's prefill must not be chunked; asking for chunking drops the seeds."""
+    from selskill.policy.settings import VLLMSettings
+    from selskill.policy.vllm_backend import GiB, _engine_kwargs
+
+    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
+    kwargs, seeded = _engine_kwargs("/nowhere", VLLMSettings(max_model_len=8192), is_cpu=True)
+    assert seeded and kwargs["enable_chunked_prefill"] is False
+    assert kwargs["max_num_batched_tokens"] == 8192 and kwargs["max_model_len"] == 8192
+    assert kwargs["kv_cache_memory_bytes"] == GiB and kwargs["logprobs_mode"] == "raw_logprobs"
+    chunked = VLLMSettings(engine_kwargs={"enable_chunked_prefill": True})
+    kwargs, seeded = _engine_kwargs("/nowhere", chunked, is_cpu=True)
+    assert not seeded and kwargs["enable_chunked_prefill"] is True and "max_num_batched_tokens" not in kwargs
+    kwargs, seeded = _engine_kwargs("/nowhere", VLLMSettings(), is_cpu=False)
+    assert seeded and "enable_chunked_prefill" not in kwargs and "kv_cache_memory_bytes" not in kwargs
+
+
+def test_the_recipe_picks_the_backend_and_its_settings():
+    from selskill.config.rollout import RolloutConfig
+    from selskill.config.run import PolicyConfig
+    from selskill.policy.settings import HFSettings, VLLMSettings, backend_settings
+
+    rollout = RolloutConfig(policy_batch_size=8)
+    pol = PolicyConfig(policy_device="cuda", policy_dtype="bfloat16", trust_remote_code=True)
+    assert backend_settings(pol, rollout, seed=3) == HFSettings(
+        device="cuda", dtype="bfloat16", trust_remote_code=True, batch_size=8
+    )
+    vllm = PolicyConfig(policy_backend="vllm", policy_dtype="bfloat16")
+    assert backend_settings(vllm, rollout, seed=3) == VLLMSettings(dtype="bfloat16", seed=3)
+
+
 # -- fixtures: a tiny offline model, the vLLM policy and a transformers reference ----------
 
 TEXTS = [
@@ -135,18 +166,19 @@ def model_dir(vllm_module, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def policy(model_dir):
+    from selskill.policy.settings import VLLMSettings
     from selskill.policy.vllm_backend import VLLMPolicy
 
-    pol = VLLMPolicy(
-        str(model_dir),
+    settings = VLLMSettings(
         dtype="float32",
         seed=0,
         logprobs_k=K,
         max_model_len=256,
         in_process=True,
         kv_cache_memory_bytes=64 << 20,
-        enforce_eager=True,
+        engine_kwargs={"enforce_eager": True},
     )
+    pol = VLLMPolicy(str(model_dir), settings)
     yield pol
     pol.close()
 

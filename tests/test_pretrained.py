@@ -73,8 +73,9 @@ def runs(tmp_path_factory):
 @pytest.fixture(scope="module")
 def policy(runs):
     from selskill.policy.hf import HFPolicy
+    from selskill.policy.settings import HFSettings
 
-    return HFPolicy(str(gguf_model_dir(runs, WHEEL)), batch_size=4)
+    return HFPolicy(str(gguf_model_dir(runs, WHEEL)), HFSettings(batch_size=4))
 
 
 # --- naming the source: no model loaded ---------------------------------------------------------

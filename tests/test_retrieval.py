@@ -543,9 +543,12 @@ def test_bfcl_relevance_and_replayed_events():
 
 
 def test_bench_retrieval_parser():
+    from selskill.bench_retrieval import RetrievalBench
     from selskill.cli import build_parser
 
     args = build_parser().parse_args(
         ["bench", "retrieval", "--envs", "bfcl", "--scorers", "bm25", "--sizes", "own"]
     )
     assert args.envs == ["bfcl"] and args.scorers == ["bm25"] and args.func.__name__ == "_cmd_bench_retrieval"
+    # every flag reaches the run's settings, and the flags' defaults are the settings' defaults
+    assert RetrievalBench.from_args(args) == RetrievalBench(envs=("bfcl",), scorers=("bm25",), sizes="own")

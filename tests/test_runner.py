@@ -12,13 +12,14 @@ from selskill.data.schema import ROLE_ASSISTANT, ROLE_OBSERVATION, ROLE_PROMPT, 
 from selskill.envs.base import EnvError
 from selskill.policy.base import Generation
 from selskill.policy.hf import HFPolicy
+from selskill.policy.settings import HFSettings
 
 FMT = AlfworldTurnFormat(style="compact", admissible_style="local")
 
 
 @pytest.fixture(scope="module")
 def policy(tiny_model_dir):
-    return HFPolicy(str(tiny_model_dir), batch_size=8)
+    return HFPolicy(str(tiny_model_dir), HFSettings(batch_size=8))
 
 
 @pytest.fixture(scope="module")

