@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import functools
 from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from selskill.metrics import LABELS, METRICS, format_value
@@ -223,36 +225,20 @@ def yield_section(rounds: list[RoundData]) -> list[tuple]:
     return blocks
 
 
-def plots_section(
-    rounds: list[RoundData], plots_dir: Path, base: Path, notes: list[str], benchmark: str = DEFAULT_BENCHMARK
-) -> tuple[list, list]:
-    words = wording_of(benchmark)
-    blocks: list[tuple] = [("h", 2, "Plots")]
-    written = []
-    rel = plots_dir.relative_to(base) if plots_dir.is_relative_to(base) else plots_dir
+@dataclass(frozen=True)
+class _Plot:
+    """One figure of the report: how to draw it, what it shows, why it may be missing, its table."""
 
-    def add(key: str, fn, title: str, text: str, missing: str, extra: list | None = None) -> None:
-        path = plots_dir / PLOTS[key]
-        out = fn(rounds, path)
-        blocks.append(("h", 3, title))
-        if out is None:
-            path.unlink(missing_ok=True)  # no stale plot from an earlier report
-            blocks.append(("p", f"Skipped: {missing}"))
-            notes.append(f"plot {PLOTS[key]} skipped: {missing}")
-            return
-        written.append(out)
-        blocks.append(("p", text))
-        blocks.extend(extra or [])
-        blocks.append(("img", str(rel / PLOTS[key]), title))
+    key: str
+    draw: Callable
+    title: str
+    text: str
+    missing: str
+    table: Callable[[list[RoundData]], list | None] = lambda rounds: None
 
-    add(
-        "metrics",
-        plot_metrics,
-        "Metrics per round",
-        "Each metric of the table per round and eval split, with its 95% bootstrap interval.",
-        "no round has eval results",
-    )
-    erows = [
+
+def _entropy_table(rounds: list[RoundData]) -> list | None:
+    rows = [
         [
             round_label(d.round),
             arm,
@@ -264,35 +250,11 @@ def plots_section(
         if d.entropy
         for arm in ("invoke", "skip")
     ]
-    add(
-        "entropy",
-        plot_entropy,
-        "Entropy after the branch point: invoke vs skip arm (Figure 3 analogue)",
-        "Per-token entropy (full-vocabulary, nats, as recorded at sampling) of the tokens the policy generated "
-        "in the fork continuations after a branch point, invoke arm vs skip arm. Left: averaged by position "
-        "among the first 48 generated tokens after the branch (the forced decision opening is excluded; "
-        "observation and skill-return tokens are not generated and not counted). Right: averaged per assistant "
-        "turn after the branch (0 = the branch turn itself). Bands/bars: mean ± 1.96 standard errors. The paper "
-        "finds higher entropy on the invoke path.",
-        "no fork continuations (fork shards missing or empty)",
-        [("table", ["Round", "Arm", "Forks", "Generated tokens", "Mean entropy"], erows)] if erows else None,
-    )
-    add(
-        "scores",
-        plot_branch_scores,
-        "Branch scores of local pairs by chosen arm",
-        "Distribution of the branch-point score (mean entropy of the decision's first tokens) of kept local "
-        "pairs, split by which arm was preferred.",
-        "no local pairs",
-    )
-    add(
-        "skill_calls",
-        plot_skill_calls,
-        "Skill calls per episode",
-        "Share of held-out episodes with 0, 1, 2, … skill calls, per round and eval split.",
-        "no eval shards",
-    )
-    grows = []
+    return [("table", ["Round", "Arm", "Forks", "Generated tokens", "Mean entropy"], rows)] if rows else None
+
+
+def _step_gap_table(rounds: list[RoundData]) -> list | None:
+    rows = []
     for d in rounds:
         groups = defaultdict(list)
         for p in d.pairs:
@@ -300,17 +262,82 @@ def plots_section(
         for key, ps in sorted(groups.items()):
             c = sum(int(p["chosen_steps"]) for p in ps) / len(ps)
             r = sum(int(p["rejected_steps"]) for p in ps) / len(ps)
-            grows.append([round_label(d.round), key, len(ps), f"{c:.1f}", f"{r:.1f}", f"{c - r:+.1f}"])
-    add(
-        "step_gap",
-        functools.partial(plot_step_gap, step_gap=words.step_gap),
-        f"Chosen vs rejected {words.step_gap} steps",
-        f"Histogram of chosen − rejected steps ({words.steps}) per pair, by kind and label reason (local pairs: "
-        "steps after the branch; episode pairs: whole episode). Efficiency pairs are negative by construction; "
-        "success-vs-failure gaps show how much shorter the winning side is.",
-        "no pairs (label shards missing or empty)",
-        [("table", ["Round", "Kind/reason", "Pairs", "Chosen steps", "Rejected steps", "Gap"], grows)]
-        if grows
-        else None,
-    )
+            rows.append([round_label(d.round), key, len(ps), f"{c:.1f}", f"{r:.1f}", f"{c - r:+.1f}"])
+    headers = ["Round", "Kind/reason", "Pairs", "Chosen steps", "Rejected steps", "Gap"]
+    return [("table", headers, rows)] if rows else None
+
+
+def _plots(words) -> list[_Plot]:
+    """The report's figures, in order, in the benchmark's words."""
+    return [
+        _Plot(
+            "metrics",
+            plot_metrics,
+            "Metrics per round",
+            "Each metric of the table per round and eval split, with its 95% bootstrap interval.",
+            "no round has eval results",
+        ),
+        _Plot(
+            "entropy",
+            plot_entropy,
+            "Entropy after the branch point: invoke vs skip arm (Figure 3 analogue)",
+            "Per-token entropy (full-vocabulary, nats, as recorded at sampling) of the tokens the policy generated "
+            "in the fork continuations after a branch point, invoke arm vs skip arm. Left: averaged by position "
+            "among the first 48 generated tokens after the branch (the forced decision opening is excluded; "
+            "observation and skill-return tokens are not generated and not counted). Right: averaged per assistant "
+            "turn after the branch (0 = the branch turn itself). Bands/bars: mean ± 1.96 standard errors. The paper "
+            "finds higher entropy on the invoke path.",
+            "no fork continuations (fork shards missing or empty)",
+            _entropy_table,
+        ),
+        _Plot(
+            "scores",
+            plot_branch_scores,
+            "Branch scores of local pairs by chosen arm",
+            "Distribution of the branch-point score (mean entropy of the decision's first tokens) of kept local "
+            "pairs, split by which arm was preferred.",
+            "no local pairs",
+        ),
+        _Plot(
+            "skill_calls",
+            plot_skill_calls,
+            "Skill calls per episode",
+            "Share of held-out episodes with 0, 1, 2, … skill calls, per round and eval split.",
+            "no eval shards",
+        ),
+        _Plot(
+            "step_gap",
+            functools.partial(plot_step_gap, step_gap=words.step_gap),
+            f"Chosen vs rejected {words.step_gap} steps",
+            f"Histogram of chosen − rejected steps ({words.steps}) per pair, by kind and label reason (local pairs: "
+            "steps after the branch; episode pairs: whole episode). Efficiency pairs are negative by construction; "
+            "success-vs-failure gaps show how much shorter the winning side is.",
+            "no pairs (label shards missing or empty)",
+            _step_gap_table,
+        ),
+    ]
+
+
+def plots_section(
+    rounds: list[RoundData], plots_dir: Path, base: Path, notes: list[str], benchmark: str = DEFAULT_BENCHMARK
+) -> tuple[list, list]:
+    """The figures that can be drawn, each with its text and table; a missing one becomes a note."""
+    blocks: list[tuple] = [("h", 2, "Plots")]
+    written = []
+    rel = plots_dir.relative_to(base) if plots_dir.is_relative_to(base) else plots_dir
+    for plot in _plots(wording_of(benchmark)):
+        path = plots_dir / PLOTS[plot.key]
+        out = plot.draw(rounds, path)
+        blocks.append(("h", 3, plot.title))
+        if out is None:
+            path.unlink(missing_ok=True)  # no stale plot from an earlier report
+            blocks.append(("p", f"Skipped: {plot.missing}"))
+            notes.append(f"plot {PLOTS[plot.key]} skipped: {plot.missing}")
+            continue
+        written.append(out)
+        blocks += [
+            ("p", plot.text),
+            *(plot.table(rounds) or []),
+            ("img", str(rel / PLOTS[plot.key]), plot.title),
+        ]
     return blocks, written
