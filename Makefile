@@ -95,7 +95,7 @@ eval: $(STAMP)  ## evaluate round ROUND's model on the recipe's held-out splits
 	$(JOB) $(BIN)/python pipelines/evaluate.py $(RECIPE_ARGS) --round $(ROUND)
 
 bench-mini: $(STAMP)  ## the CPU replication: init -> R1 -> R2 + round-1 ablations (recipes/mini.yaml; hours; resumable)
-	$(JOB) $(BIN)/python pipelines/bench_mini.py --config $(if $(filter command line,$(origin RECIPE)),$(RECIPE),recipes/mini.yaml) $(if $(filter command line environment,$(origin EXP)),--exp $(EXP))
+	$(JOB) $(BIN)/selskill bench mini --config $(if $(filter command line,$(origin RECIPE)),$(RECIPE),recipes/mini.yaml) $(if $(filter command line environment,$(origin EXP)),--exp $(EXP))
 	$(BIN)/selskill report --exp runs/$(if $(filter command line environment,$(origin EXP)),$(EXP),mini)
 
 bench-rollout: $(STAMP)  ## rollout speed: batching, fork prefix reuse, entropy cost (figures in docs/benchmarks.md)
