@@ -40,7 +40,9 @@ def commands() -> list[Command]:
 def add_commands(sub: argparse._SubParsersAction, cmds: Sequence[Command]) -> None:
     """One parser per command under `sub`; a group's commands under its own."""
     for cmd in cmds:
-        p = sub.add_parser(cmd.name, help=cmd.help, description=cmd.description, **cmd.parser_options)
+        # where the recipe's keys share the command line, none may be read as an abbreviated option
+        options = {"allow_abbrev": not cmd.takes_recipe, **cmd.parser_options}
+        p = sub.add_parser(cmd.name, help=cmd.help, description=cmd.description, **options)
         cmd.add_arguments(p)
         if cmd.subcommands:
             group = p.add_subparsers(dest=cmd.name, metavar=cmd.name.upper(), required=True)

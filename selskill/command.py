@@ -22,10 +22,10 @@ class Command:
     """`selskill <name>`: `add_arguments(parser)` builds its options, `run(args)` returns the exit status.
 
     `takes_recipe`: the arguments the command does not know are the recipe's (`--config RECIPE`,
-    `--key value` overrides), handed to `run` as `args.recipe_args` for TrlParser to check, and
-    the recipe key `log_level` sets the level. `log_level`: whether the command has its own
+    `--key value` overrides), handed to `run` as `args.recipe_args` for TrlParser to check; the
+    command's own options are then never abbreviated, and the recipe key `log_level` sets the level. `log_level`: whether the command has its own
     `--log_level` option (no recipe parses its command line). `parser_options`: extra keyword
-    arguments of its `argparse` parser (`add_help`, `prefix_chars`, `allow_abbrev`).
+    arguments of its `argparse` parser (`add_help`, `prefix_chars`).
     `subcommands`: a group (`selskill bench`) that runs one of them instead of `run`.
     """
 

@@ -129,7 +129,6 @@ COMMANDS = [
         add_arguments=_label_agreement_arguments,
         run=_label_agreement,
         takes_recipe=True,
-        parser_options={"allow_abbrev": False},  # every other option is a recipe key, passed through whole
     ),
     Command(
         "mini",
@@ -142,7 +141,6 @@ COMMANDS = [
         add_arguments=_mini_arguments,
         run=_mini,
         takes_recipe=True,
-        parser_options={"allow_abbrev": False},
     ),
     Command(
         "probe-pairs",
@@ -158,7 +156,6 @@ COMMANDS = [
         add_arguments=_probe_pairs_arguments,
         run=_probe_pairs,
         takes_recipe=True,
-        parser_options={"allow_abbrev": False},
     ),
     Command(
         "policy-gpu",
