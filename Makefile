@@ -48,7 +48,7 @@ constraints:  ## install pyproject.toml's ranges in .venv and re-pin constraints
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	if [ -n "$(TORCH_SPEC)" ]; then $(BIN)/python -m pip install "$(TORCH_SPEC)"; fi
 	$(BIN)/python -m pip install -e ".[all,dev]"
-	$(BIN)/python pipelines/pin_constraints.py --extras all,dev --out $(CONSTRAINTS)
+	$(BIN)/python tools/pin_constraints.py --extras all,dev --out $(CONSTRAINTS)
 
 # A bare `pip install selskill` (no extras) in a fresh venv: it reads the pairs of a run the full
 # install wrote and writes its report. Downloads the base wheels (~500 MB installed); .venv is not touched.
@@ -65,12 +65,12 @@ test: $(STAMP)  ## run the offline test suite
 	WANDB_MODE=disabled $(BIN)/python -m pytest -q -m "not slow"
 
 lint: $(STAMP)  ## ruff check + the import layers (lint-imports: [tool.importlinter] in pyproject.toml)
-	$(BIN)/ruff check $(wildcard selskill pipelines tests)
+	$(BIN)/ruff check $(wildcard selskill pipelines tools tests)
 	$(BIN)/lint-imports --no-logo
 
 format: $(STAMP)  ## ruff format + autofix
-	$(BIN)/ruff check --fix $(wildcard selskill pipelines tests)
-	$(BIN)/ruff format $(wildcard selskill pipelines tests)
+	$(BIN)/ruff check --fix $(wildcard selskill pipelines tools tests)
+	$(BIN)/ruff format $(wildcard selskill pipelines tools tests)
 
 clean:  ## remove the virtual environment
 	rm -rf $(VENV)
@@ -95,7 +95,7 @@ eval: $(STAMP)  ## evaluate round ROUND's model on the recipe's held-out splits
 	$(JOB) $(BIN)/python pipelines/evaluate.py $(RECIPE_ARGS) --round $(ROUND)
 
 bench-mini: $(STAMP)  ## the CPU replication: init -> R1 -> R2 + round-1 ablations (recipes/mini.yaml; hours; resumable)
-	$(JOB) $(BIN)/python pipelines/bench_mini.py --config $(if $(filter command line,$(origin RECIPE)),$(RECIPE),recipes/mini.yaml) $(if $(filter command line environment,$(origin EXP)),--exp $(EXP))
+	$(JOB) $(BIN)/selskill bench mini --config $(if $(filter command line,$(origin RECIPE)),$(RECIPE),recipes/mini.yaml) $(if $(filter command line environment,$(origin EXP)),--exp $(EXP))
 	$(BIN)/selskill report --exp runs/$(if $(filter command line environment,$(origin EXP)),$(EXP),mini)
 
 bench-rollout: $(STAMP)  ## rollout speed: batching, fork prefix reuse, entropy cost (figures in docs/benchmarks.md)

@@ -72,3 +72,45 @@ def test_help_explains_each_subcommand(sub):
         [sys.executable, "-m", "selskill.cli", sub, "--help"], capture_output=True, text=True
     )
     assert out.returncode == 0 and "usage: selskill" in out.stdout and len(out.stdout) > 300
+
+
+def test_a_benchmark_adds_its_commands_through_benchmark_commands(monkeypatch, capsys):
+    """The core lists name no benchmark: what `benchmark_commands` returns is all a benchmark adds,
+    top-level and under `selskill bench`, each with its own options and exit status."""
+    import selskill.cli as cli
+    from selskill.command import Command
+
+    ran = []
+    top = Command(
+        "hello",
+        help="greet",
+        description="Greets.",
+        add_arguments=lambda p: p.add_argument("--times", type=int, default=1),
+        run=lambda args: ran.append(("hello", args.times)) or 0,
+    )
+    sub = Command(
+        "hello", help="greet", description="Greets.", run=lambda args: ran.append(args.log_level) or 3
+    )
+    monkeypatch.setattr(cli, "benchmark_commands", lambda: ([top], [sub]))
+    assert main(["hello", "--times", "2"]) == 0
+    assert main(["bench", "hello", "--log_level", "warning"]) == 3
+    assert ran == [("hello", 2), "warning"]
+    with pytest.raises(SystemExit) as gone:
+        main(["gen-games", "--out", "x", "--per-type", "1"])
+    assert gone.value.code == 2 and "invalid choice: 'gen-games'" in capsys.readouterr().err
+    listed = cli.build_parser().format_help()
+    assert "hello" in listed and "round" in listed and "gen-games" not in listed
+
+
+def test_a_bench_script_is_the_command(capsys):
+    """pipelines/probe_pairs.py is `selskill bench probe-pairs`: the same checks, the same one-line error."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "pipelines" / "probe_pairs.py"
+    spec = importlib.util.spec_from_file_location("probe_pairs_script", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    for entry in (script.main, lambda argv: main(["bench", "probe-pairs", *argv])):
+        assert entry(["--models", "init"]) == 2
+        assert capsys.readouterr().err == "error: --models takes NAME=PATH entries, got 'init'\n"

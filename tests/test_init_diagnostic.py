@@ -1,23 +1,10 @@
-"""pipelines/init_turn_accuracy.py counts the demonstrated turns a model reproduces."""
-
-import importlib.util
-from pathlib import Path
+"""`selskill bench init-accuracy` counts the demonstrated turns a model reproduces."""
 
 import torch
 
 from selskill.agent.turn_format import render_action, render_skill_call
+from selskill.init import alfworld_turn_accuracy as mod
 from selskill.init.demos import Demo
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _module():
-    spec = importlib.util.spec_from_file_location(
-        "init_turn_accuracy", ROOT / "pipelines" / "init_turn_accuracy.py"
-    )
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 class _Next:
@@ -40,7 +27,6 @@ class _Next:
 def test_turn_accuracy_by_kind(tiny_model_dir):
     from transformers import AutoTokenizer
 
-    mod = _module()
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
     messages = [
         {"role": "system", "content": "sys"},

@@ -99,9 +99,7 @@ def _pins(path: Path) -> list[str]:
 def test_constraints_txt_pins_what_all_and_dev_installed_here(tmp_path):
     """constraints.txt is what `make constraints` writes from this venv, and pyproject.toml's
     ranges admit every pin."""
-    spec = importlib.util.spec_from_file_location(
-        "pin_constraints", ROOT / "pipelines" / "pin_constraints.py"
-    )
+    spec = importlib.util.spec_from_file_location("pin_constraints", ROOT / "tools" / "pin_constraints.py")
     pin = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(pin)
     out = tmp_path / "constraints.txt"

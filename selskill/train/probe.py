@@ -20,10 +20,28 @@ pair kind; the DPO reward margin β·Δ follows from the window differences of t
 
 from __future__ import annotations
 
+import json
+import logging
 from collections import defaultdict
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
+
+logger = logging.getLogger(__name__)
+
+# the columns of the printed table, per model and pair kind
+COLUMNS = (
+    "pairs",
+    "decision_prefers_chosen",
+    "decision_greedy_chosen",
+    "decision_greedy_rejected",
+    "decision_margin_mean",
+    "window_prefers_chosen",
+    "window_diff_mean",
+    "reward_margin_mean",
+    "reward_accuracy",
+)
 
 
 def first_divergence(a: Sequence[int], b: Sequence[int]) -> int | None:
@@ -123,3 +141,44 @@ def summarize_preferences(
                     s["decision_margin_change_mean"] = float(np.mean(dd))
         out[kind] = s
     return out
+
+
+def format_preferences(summary: dict[str, dict[str, dict]]) -> str:
+    """`{model: summarize_preferences(...)}` as a `model | kind | ...` table, one line per model and kind."""
+    lines = ["model | kind | " + " | ".join(COLUMNS)]
+    for name, by_kind in summary.items():
+        for kind, s in by_kind.items():
+            cells = [f"{s[k]:.3f}" if isinstance(s.get(k), float) else str(s.get(k, "-")) for k in COLUMNS]
+            lines.append(f"{name} | {kind} | " + " | ".join(cells))
+    return "\n".join(lines)
+
+
+def probe_round(recipe, models: Sequence[tuple[str, str]], out: str | None = None) -> dict:
+    """Round `recipe.run.round`'s pairs, fitted as its train stage fits them, probed under every
+    `(name, model directory)` of `models`; the first is the reference of the reward margins. Writes
+    the rows and the summary to `out` (default runs/<exp>/round_<r>/probe_pairs.json) and returns the summary."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from selskill.data.contract import read_stage
+    from selskill.data.layout import StageDir, round_dir
+    from selskill.train.pairs import build_from_config
+
+    run = recipe.run
+    table = read_stage(StageDir.of(run.runs_dir, run.exp, run.round, "label"), "pair", run.world_size)
+    examples, _ = build_from_config(table, recipe.train, AutoTokenizer.from_pretrained(models[0][1]))
+    logger.info(f"{len(examples)} trainable pairs of {table.num_rows}")
+    rows: dict[str, list[dict]] = {}
+    for name, path in models:
+        model = AutoModelForCausalLM.from_pretrained(path, torch_dtype=torch.float32).eval()
+        rows[name] = pair_preferences(model, examples)
+        del model
+    reference = models[0][0]
+    summary = {
+        name: summarize_preferences(r, None if name == reference else rows[reference], beta=recipe.train.beta)
+        for name, r in rows.items()
+    }
+    path = Path(out) if out else round_dir(run.runs_dir, run.exp, run.round) / "probe_pairs.json"
+    path.write_text(json.dumps({"models": dict(models), "summary": summary, "pairs": rows}, indent=1))
+    logger.info(f"wrote {path}")
+    return summary

@@ -104,6 +104,18 @@ def _check_recipe(sections: dict) -> None:
         )
 
 
+def _commands():
+    from selskill.benchmarks.alfworld.commands import COMMANDS
+
+    return COMMANDS
+
+
+def _bench_commands():
+    from selskill.benchmarks.alfworld.commands import BENCH_COMMANDS
+
+    return BENCH_COMMANDS
+
+
 def _build_init(recipe, out, **resolved):
     from selskill.init.builders import build_alfworld_init
 
@@ -128,6 +140,8 @@ BENCHMARK = register(
         prepare=_prepare,
         index_from_dir=_index_from_dir,
         check_recipe=_check_recipe,
+        commands=_commands,
+        bench_commands=_bench_commands,
         wording=Wording(tasks="games"),
         extra="alfworld",
     )

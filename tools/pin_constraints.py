@@ -8,7 +8,7 @@ build `TORCH_SPEC` names, CPU or CUDA, before anything else), bfcl-eval (install
 from `BFCL_SPEC`: pyproject.toml, extra `bfcl`) and the packaging tools, as `pip freeze` leaves
 them out.
 
-    python pipelines/pin_constraints.py [--extras all,dev] [--out constraints.txt]
+    python tools/pin_constraints.py [--extras all,dev] [--out constraints.txt]
 """
 
 from __future__ import annotations

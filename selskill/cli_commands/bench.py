@@ -1,0 +1,171 @@
+"""`selskill bench ...`: the measurements that print their figures (recorded in docs/benchmarks.md).
+
+These are the ones that name no benchmark; a benchmark adds its own (`selskill.cli.benchmark_commands`).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from selskill.command import Command
+
+
+def _retrieval_arguments(b: argparse.ArgumentParser) -> None:
+    b.add_argument("--envs", nargs="+", default=["bfcl", "alfworld"], choices=["bfcl", "alfworld"])
+    b.add_argument(
+        "--sizes", default="own,68,250,1000", help="library sizes ('own' = the benchmark's skills)"
+    )
+    b.add_argument(
+        "--scorers", nargs="+", default=["bm25", "dense", "fused"], choices=["bm25", "dense", "fused"]
+    )
+    b.add_argument(
+        "--dense-model", default="sentence-transformers/all-MiniLM-L6-v2", help="hub id or local path"
+    )
+    b.add_argument("--fusion", default="rrf", choices=["rrf", "weighted"])
+    b.add_argument(
+        "--record-weight", type=float, default=0.5, help="progress: the record's share vs the step"
+    )
+    b.add_argument("--bfcl-split", default="test", choices=["train", "test"])
+    b.add_argument("--bfcl-limit", type=int, help="only the first N tasks of the split")
+    b.add_argument("--alfworld-games", help="games root (default: tiny games generated in a temp folder)")
+    b.add_argument("--alfworld-split", default="valid_seen")
+    b.add_argument("--alfworld-per-type", type=int, default=10, help="games per task type when generating")
+    b.add_argument("--pseudo-skills", help="JSON {task_id: [pseudo-skill text, ...]} for task mode")
+    b.add_argument("--seed", type=int, default=0, help="distractor and demonstration seed")
+    b.add_argument("--out", help="also write retrieval.json and retrieval.md to this directory")
+
+
+def _retrieval(args: argparse.Namespace) -> int:
+    from selskill.bench_retrieval import main as bench_retrieval_main
+
+    return bench_retrieval_main(args)
+
+
+def _label_agreement_arguments(b: argparse.ArgumentParser) -> None:
+    b.add_argument(
+        "--fork-seed",
+        type=int,
+        help="seed of the second fork (default: the recipe's seed + 1); the recipe's own --seed is the first's",
+    )
+
+
+def _label_agreement(args: argparse.Namespace) -> int:
+    from selskill.stages.agreement import run_label_agreement
+
+    run_label_agreement(args.recipe_args, fork_seed=args.fork_seed)
+    return 0
+
+
+def _mini_arguments(b: argparse.ArgumentParser) -> None:
+    b.add_argument("--no-ablations", action="store_true", help="run the main line only (init -> R1 -> R2)")
+
+
+def _mini(args: argparse.Namespace) -> int:
+    from selskill.stages.replication import run_replication
+
+    run_replication(args.recipe_args, ablations=not args.no_ablations)
+    return 0
+
+
+def _probe_pairs_arguments(b: argparse.ArgumentParser) -> None:
+    b.add_argument(
+        "--models",
+        nargs="+",
+        default=[],
+        metavar="NAME=PATH",
+        help="the models to probe, by name; the first is the reference of the reward margins",
+    )
+    b.add_argument("--out", help="where to write the JSON (default runs/<exp>/round_<r>/probe_pairs.json)")
+
+
+def _probe_pairs(args: argparse.Namespace) -> int:
+    from selskill.config import load_recipe
+    from selskill.train.probe import format_preferences, probe_round
+
+    for entry in args.models:
+        if not entry.partition("=")[2]:
+            raise ValueError(f"--models takes NAME=PATH entries, got {entry!r}")
+    models = [tuple(entry.split("=", 1)) for entry in args.models]
+    if not models:  # before the recipe is parsed: nothing to probe is the first thing to say
+        raise ValueError("give --models NAME=PATH [NAME=PATH ...] (the first is the reference)")
+    print(format_preferences(probe_round(load_recipe(args.recipe_args), models, args.out)))
+    return 0
+
+
+def _policy_gpu_arguments(b: argparse.ArgumentParser) -> None:
+    b.add_argument("--out", help="also write the JSON figures here (e.g. $OUT/gpu_check.json)")
+
+
+def _policy_gpu(args: argparse.Namespace) -> int:
+    from selskill.policy.gpu_check import gpu_check
+
+    gpu_check(args.out)
+    return 0
+
+
+COMMANDS = [
+    Command(
+        "retrieval",
+        help="R@1/3/5 of the retrieval modes (all, task, progress) x scorers on BFCL and ALFWorld, up to ~1,000 skills",
+        description="Replays BFCL's ground truth and ALFWorld expert demonstrations and, at every decision point, "
+        "checks whether a skill relevant to the next move is in the top k of each retrieval mode (all truncated, "
+        "task, progress) and scorer (bm25, dense, fused), with the library padded by seeded distractors. "
+        "Dense and fused need the encoder offline (extra `dense`); they are skipped with a note otherwise.",
+        add_arguments=_retrieval_arguments,
+        run=_retrieval,
+    ),
+    Command(
+        "label-agreement",
+        help="fork a round's branch points again with another seed and measure whether their labels agree",
+        description="Forks round r's branch points a second time with another fork seed, in the experiment "
+        "runs/<exp>-refork-seed<S>/ (its sample and branch stages and the policy it starts from are links "
+        "to runs/<exp>/), labels them with the same recipe, and compares per branch point the arm each "
+        "label chose (invoke, skip, or none where the label dropped the point): the share with the same "
+        "outcome, Cohen's kappa and the confusion table, printed and written to "
+        "runs/<exp>-refork-seed<S>/round_<r>/label_agreement.json. The round's own fork and label stages must "
+        "have been computed with the same recipe (checked through their recorded inputs; a complete rank is "
+        "never recomputed). Recipe keys (--config, --exp, --round, ...) pass through. "
+        "Example: selskill bench label-agreement --config recipes/tiny.yaml --exp tiny --round 1 --fork-seed 1",
+        add_arguments=_label_agreement_arguments,
+        run=_label_agreement,
+        takes_recipe=True,
+    ),
+    Command(
+        "mini",
+        help="the mini replication: init -> R1 -> R2, then the round-1 ablations (what `make bench-mini` runs)",
+        description="Runs rounds 1 and 2 of the recipe, then the round-1 ablations (pair kinds, window n, "
+        "branching strategies) as linked experiments runs/<exp>-<variant>/, and writes runs/<exp>/ablations.md "
+        "and results.json. Every step is a resumable round: rerun the same command after an interruption. "
+        "Recipe keys (--config, --exp, ...) pass through; every key: python pipelines/round.py --help. "
+        "Example: selskill bench mini --config recipes/mini.yaml",
+        add_arguments=_mini_arguments,
+        run=_mini,
+        takes_recipe=True,
+    ),
+    Command(
+        "probe-pairs",
+        help="does each model prefer the side its round's pairs chose, at the branch decision and over the window",
+        description="Reads round r's pair shards, fits and windows them as training does (the recipe's train "
+        "section), and measures for every model, teacher-forced on the recorded sequences: at the first token "
+        "where chosen and rejected differ (the branch decision of a local pair), the log-prob margin and "
+        "whether the model's greedy choice is the chosen side; over each side's loss window, the summed "
+        "log-prob difference; against the first model, the DPO reward margin. Per pair kind, printed and "
+        "written to runs/<exp>/round_<r>/probe_pairs.json (or --out). Recipe keys pass through. Example: "
+        "selskill bench probe-pairs --config recipes/mini.yaml --exp mini --round 1 --models "
+        "init=runs/mini/round_0/train/model r1=runs/mini/round_1/train/model",
+        add_arguments=_probe_pairs_arguments,
+        run=_probe_pairs,
+        takes_recipe=True,
+    ),
+    Command(
+        "policy-gpu",
+        help="the transformers backend on a CUDA device: exact log-probs and entropies, batch independence, speed",
+        description="Builds an untrained tiny Qwen3 (fp32) and a 100M-parameter one (bf16) and checks on the GPU "
+        "that a request's tokens do not depend on its batch, that sampled log-probs and entropies equal the "
+        "teacher-forced ones, that reusing a turn's KV cache changes nothing; then times decoding by batch "
+        "size at a 1500-token context and a K=4 fork with and without prefix reuse. Prints one JSON line per "
+        "model. Needs CUDA.",
+        add_arguments=_policy_gpu_arguments,
+        run=_policy_gpu,
+    ),
+]

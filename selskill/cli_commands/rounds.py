@@ -1,0 +1,134 @@
+"""`selskill init`, `round`, `train` and `eval`: the commands that build a round's pieces from a recipe.
+
+Each takes the recipe's command line (`--config RECIPE`, `--key value` overrides) and calls
+the function `pipelines/` and `python -m selskill.stages` call for the same job.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from selskill.command import Command
+
+
+def _train_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "recipe_args", nargs=argparse.REMAINDER, help="--config RECIPE, --key value overrides, --help"
+    )
+
+
+def _train(args: argparse.Namespace) -> int:
+    from selskill.train.run import launch
+
+    return launch(args.recipe_args)
+
+
+def _init(args: argparse.Namespace) -> int:
+    from selskill.config import load_recipe
+    from selskill.stages.context import ensure_games
+    from selskill.stages.round import format_summary, round_summary
+    from selskill.stages.table import BY_NAME, describe_only, ensure_init_policy
+
+    recipe = load_recipe(args.recipe_args)
+    if recipe.train.dry_run:
+        describe_only(recipe.with_run(round=1, rank=0, world_size=1), "init")
+        return 0
+    if recipe.policy.model_name_or_path:
+        ensure_games(recipe.run, recipe.games)
+        converted = ensure_init_policy(recipe)
+        if converted:
+            print(f"model_name_or_path {recipe.policy.model_name_or_path} is converted: {converted}")
+        else:
+            print("model_name_or_path is set: the recipe starts from that model, no init policy to build")
+        return 0
+    recipe = recipe.with_run(round=1, rank=0, world_size=1)  # the init stage is round 1's first stage
+    path = BY_NAME["init"].run(recipe)
+    print(f"init policy: {path}")
+    print(format_summary(round_summary(recipe.with_run(round=0).run)))
+    return 0
+
+
+def _round(args: argparse.Namespace) -> int:
+    from selskill.stages.round import main as round_main
+
+    return round_main(args.recipe_args)
+
+
+def _eval_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", required=True, help="model directory (or hub id when you ask for one)")
+    p.add_argument("--games", help="games root (<games>/<split>/...); default: the recipe's games")
+    p.add_argument(
+        "--out", help="also write the rows and metrics.json to this directory (no-skills rows in headroom/)"
+    )
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from selskill.config import load_recipe
+    from selskill.stages.evaluate import evaluate_model
+
+    recipe = load_recipe(args.recipe_args)
+    if recipe.train.dry_run:
+        where = args.games or f"the recipe's {recipe.run.benchmark} tasks"
+        print(
+            f"dry run: would evaluate {args.model} on {recipe.eval.eval_splits} of {where} (eval_mode "
+            f"{recipe.eval.eval_mode}){f', writing {args.out}' if args.out else ''}; nothing computed or written"
+        )
+        return 0
+    evaluate_model(recipe, args.model, games=args.games, out=args.out)
+    return 0
+
+
+COMMANDS = [
+    # Everything after `train` is the recipe's command line (TrlParser owns it, --help included); the
+    # prefix char keeps argparse from reading --config & co. as options of this subparser.
+    Command(
+        "train",
+        help="DPO on a round's pair shards (relaunches under the recipe's accelerate config)",
+        description="Train round r with DPO on runs/<exp>/round_<r>/label/shards and write "
+        "runs/<exp>/round_<r>/train/{model,COMPLETED}. Takes the recipe and any recipe key as an override, e.g. "
+        "selskill train --config recipes/dpo_8b.yaml --round 1; add --dry_run to print the effective batch size "
+        "and steps without loading weights. With train_accelerate_config set it relaunches itself under "
+        "`accelerate launch --config_file <that file>`.",
+        add_arguments=_train_arguments,
+        run=_train,
+        log_level=False,
+        parser_options={"add_help": False, "prefix_chars": "+"},
+    ),
+    Command(
+        "init",
+        help="bootstrap the offline init policy (demonstrations + tokenizer + SFT) and report its held-out metrics",
+        description="Build the recipe's init policy at runs/<exp>/round_0/train/model (reused when it exists): "
+        "generate train games, make demonstrations with useful, premature and redundant skill calls, train a "
+        "tokenizer and a small Qwen3 model, SFT it on assistant tokens (then --init_dagger_iters N DAgger "
+        "iterations: the expert relabels the policy's own episodes; --init_dagger_from DIR starts them from an "
+        "init already built with the same settings); then play greedily on the recipe's "
+        "held-out split and print SR, Exec. Prec., Skill/ep, ... (runs/<exp>/round_0/eval/metrics.json). "
+        "Every init_* key: python pipelines/round.py --help. "
+        "Example: selskill init --config recipes/tiny.yaml",
+        run=_init,
+        takes_recipe=True,
+    ),
+    Command(
+        "round",
+        help="run one SelSkill round: sample, branch, fork, label, train, eval (what `make round` runs)",
+        description="Run round r of the recipe with round r-1's model; stages and ranks already complete are "
+        "skipped. The recipe's executor runs the stages' ranks: local (this machine; local_workers), slurm (one "
+        "sbatch --array per stage) or ray (one Ray task per rank). With --dry_run nothing runs: every executor "
+        "prints what each stage would run (slurm: its scripts), then the train stage's dry run. Example: selskill round --config recipes/tiny.yaml --round 1; selskill round --config "
+        "recipes/dpo_8b.yaml --round 1 --world_size 64 --executor slurm --slurm_partition gpu --dry_run",
+        run=_round,
+        takes_recipe=True,
+    ),
+    Command(
+        "eval",
+        help="greedy evaluation of any model on any games (outside a round too)",
+        description="Play every game of the recipe's eval splits under --games (or the recipe's games) greedily "
+        "with --model and print the paper's metrics with 95% bootstrap intervals; with --eval_headroom true, "
+        "also play the first split without skills and print the skills' headroom (won with vs without them, "
+        "per task). Example: selskill eval --model runs/tiny/round_1/train/model --games runs/games-tiny --config "
+        "recipes/tiny.yaml",
+        add_arguments=_eval_arguments,
+        run=_eval,
+        takes_recipe=True,
+    ),
+]

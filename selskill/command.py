@@ -1,0 +1,40 @@
+"""One subcommand of `selskill`: its name, its help, the options it adds and what it runs.
+
+Commands are values so that the `selskill` parser is one loop over lists (`selskill.cli`),
+and so that a benchmark contributes its own commands (top-level ones and `selskill bench`
+ones) as lists of the same shape without the CLI naming the benchmark. This module imports
+nothing of selskill: any layer that owns a command can build one.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+
+def no_arguments(parser: argparse.ArgumentParser) -> None:
+    """`add_arguments` of a command whose options are all the recipe's."""
+
+
+@dataclass(frozen=True)
+class Command:
+    """`selskill <name>`: `add_arguments(parser)` builds its options, `run(args)` returns the exit status.
+
+    `takes_recipe`: the arguments the command does not know are the recipe's (`--config RECIPE`,
+    `--key value` overrides), handed to `run` as `args.recipe_args` for TrlParser to check; the
+    command's own options are then never abbreviated, and the recipe key `log_level` sets the level. `log_level`: whether the command has its own
+    `--log_level` option (no recipe parses its command line). `parser_options`: extra keyword
+    arguments of its `argparse` parser (`add_help`, `prefix_chars`).
+    `subcommands`: a group (`selskill bench`) that runs one of them instead of `run`.
+    """
+
+    name: str
+    help: str
+    description: str
+    run: Callable[[argparse.Namespace], int] | None = None
+    add_arguments: Callable[[argparse.ArgumentParser], None] = no_arguments
+    takes_recipe: bool = False
+    log_level: bool = True
+    parser_options: Mapping[str, object] = field(default_factory=dict)
+    subcommands: tuple[Command, ...] = ()
