@@ -132,9 +132,12 @@ class RunConfig:
             )
         if self.round < 0:
             raise ValueError(f"round must be >= 0; got {self.round}")
-        from selskill.registry import names
+        from selskill.registry import benchmark, names
 
         check_choice(self, "benchmark", names())
+        # a run built without a recipe has its benchmark's defaults, as a recipe without its keys does
+        settings = benchmark(self.benchmark).settings
+        self.benchmark_settings = settings() if settings is not None else None
 
     def replace(self, **changes) -> RunConfig:
         """This section with keys replaced, keeping its benchmark's section (`dataclasses.replace`
