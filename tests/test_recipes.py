@@ -9,7 +9,8 @@ import pytest
 import yaml
 
 from selskill.config import load_recipe
-from selskill.train.run import count_steps, dry_run, launch, parse
+from selskill.train.dry_run import count_steps, dry_run
+from selskill.train.run import launch, parse
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPES = sorted((ROOT / "recipes").glob("*.yaml"))
@@ -314,7 +315,7 @@ def _entry_points():
     """Every way a recipe is parsed: the `selskill` command, a stage's pipeline, the trainer's."""
     from selskill.cli import main as cli_main
     from selskill.stages.table import stage_main
-    from selskill.train.run import main as train_main
+    from selskill.train.run import cli_main as train_main
 
     return {
         "selskill train": lambda argv: cli_main(["train", *argv]),

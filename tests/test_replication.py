@@ -83,7 +83,7 @@ def test_the_summary_carries_each_rounds_headroom_where_measured(runs):
 
 
 def test_a_branching_variant_without_pairs_does_not_stop_the_benchmark(runs, monkeypatch):
-    from selskill.train.run import NoTrainablePairs
+    from selskill.train.dataset import NoTrainablePairs
 
     ran = []
 

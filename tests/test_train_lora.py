@@ -126,7 +126,8 @@ def test_lora_stage_checkpoints_resumes_and_chains_rounds(tok, tmp_path, capsys)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from selskill.data.layout import resolve_round_policy
-    from selskill.train.run import parse, run_train
+    from selskill.train.run import parse
+    from selskill.train.stage import run_train
 
     init = _setup(tok, tmp_path)
     train_dir = tmp_path / "t" / "round_1" / "train"

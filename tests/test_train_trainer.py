@@ -344,7 +344,8 @@ def _argv(root, *extra):
 def test_short_run_lowers_the_loss_changes_parameters_and_resumes(tok, tmp_path, capsys):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from selskill.train.run import parse, run_train
+    from selskill.train.run import parse
+    from selskill.train.stage import run_train
 
     init = _setup_run(tok, tmp_path)
     train_dir = tmp_path / "t" / "round_1" / "train"
@@ -384,7 +385,8 @@ def test_short_run_lowers_the_loss_changes_parameters_and_resumes(tok, tmp_path,
 
 
 def test_episode_only_and_local_only_select_their_pairs(tok, tmp_path):
-    from selskill.train.run import parse, run_train
+    from selskill.train.run import parse
+    from selskill.train.stage import run_train
 
     _setup_run(tok, tmp_path, n_pairs=4)
     run_train(
@@ -395,7 +397,8 @@ def test_episode_only_and_local_only_select_their_pairs(tok, tmp_path):
 
 
 def test_errors_name_the_missing_input_and_the_fix(tok, tmp_path, capsys):
-    from selskill.train.run import parse, run_train
+    from selskill.train.run import parse
+    from selskill.train.stage import run_train
 
     run, policy, cfg = parse(_argv(tmp_path))
     with pytest.raises(
@@ -434,7 +437,7 @@ def test_a_round_without_pairs_fails_naming_the_cause(tok, tmp_path):
     from selskill.config import PolicyConfig, RunConfig
     from selskill.config.train import TrainConfig
     from selskill.data.schema import PAIR_SCHEMA
-    from selskill.train.run import run_train
+    from selskill.train.stage import run_train
 
     run = RunConfig(exp="t", runs_dir=str(tmp_path), round=1)
     model_dir = tmp_path / "t" / "round_0" / "train" / "model"
@@ -450,7 +453,7 @@ def test_dataset_cache_key_covers_every_train_key(tmp_path):
     """A resumed run with a changed pair selection or other label shards must rebuild the cached dataset."""
     import dataclasses
 
-    from selskill.train.run import _dataset_key
+    from selskill.train.dataset import _dataset_key
 
     cfg = TrainConfig(output_dir=str(tmp_path / "o"), bf16=False, report_to="none")
     base = _dataset_key("label-a", cfg)

@@ -32,7 +32,7 @@ from selskill.config import load_recipe
 from selskill.data.layout import resolve_round_policy, round_dir
 from selskill.data.shards import write_json_atomic
 from selskill.stages.round import paired_sr_between, run_round
-from selskill.train.run import NoTrainablePairs
+from selskill.train.dataset import NoTrainablePairs
 
 logger = logging.getLogger(__name__)
 

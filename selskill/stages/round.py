@@ -26,7 +26,7 @@ def run_round(recipe: Recipe, executor: Executor | None = None) -> dict | None:
         resolve_round_policy(run, recipe.policy)  # says what round 0 is and which command builds it
     # a dry run: what training would do (the policy, batch, steps, LoRA; nothing loaded), then the stages
     if recipe.train.dry_run:
-        from selskill.train.run import dry_run
+        from selskill.train.dry_run import dry_run
 
         print("the train stage's dry run:")
         dry_run(run, recipe.policy, recipe.train)

@@ -153,7 +153,7 @@ def _markers(name: str) -> Callable[[Recipe], bool]:
 
 
 def _train_complete(recipe: Recipe) -> bool:
-    from selskill.train.run import COMPLETED
+    from selskill.train.stage import COMPLETED
 
     run = recipe.run
     return (round_dir(run.runs_dir, run.exp, run.round) / "train" / COMPLETED).exists()
@@ -214,7 +214,7 @@ def stage_main(name: str, argv: Sequence[str] | None = None) -> int:
     """One rank of one stage in this process: the recipe's `rank` of its `world_size`."""
     stage = BY_NAME[name]
     if stage.name == "train":  # under `accelerate launch` with DeepSpeed on CPUs, before any config is built
-        from selskill.train.run import init_cpu_deepspeed
+        from selskill.train.launch import init_cpu_deepspeed
 
         init_cpu_deepspeed()
 

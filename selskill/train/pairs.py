@@ -253,56 +253,79 @@ def build_examples(
         raise ValueError(
             f"pair table lacks columns {missing}: it is not PAIR_SCHEMA data (rerun the label stage)"
         )
-    rows = table.select(columns).to_pylist()
     fitted: list[dict] = []
-    for row in rows:
+    for row in table.select(columns).to_pylist():
         kind = row["kind"]
         if kind not in KIND_IDS:
             raise ValueError(
                 f"pair {row['pair_id']}: unknown kind {kind!r}; expected one of {', '.join(PAIR_KINDS)}"
             )
         stats.read[kind] += 1
-        if kind not in kinds:
-            stats.not_selected[kind] += 1
-            continue
-        if kind == "local" and branch_pools != "all" and row["branch_pool"] != branch_pools:
-            stats.other_pool[kind] += 1
-            continue
-        if kind == "local" and local_reasons != "all" and row["label_reason"] != local_reasons:
-            stats.other_reason[kind] += 1
-            continue
-        cmask = loss_mask(row["chosen_role"], row["chosen_turn"], kind, n)
-        rmask = loss_mask(row["rejected_role"], row["rejected_turn"], kind, n)
-        out = fit_pair(row["prompt_ids"], row["chosen_ids"], row["rejected_ids"], cmask, rmask, policy)
-        if out == "empty_window":
-            stats.empty_window[kind] += 1
-            continue
-        if out == "too_long":
-            if overflow == "error":
-                longest = len(row["prompt_ids"]) + max(len(row["chosen_ids"]), len(row["rejected_ids"]))
-                raise ValueError(
-                    f"pair {row['pair_id']} ({kind}, {longest} tokens) does not fit max_length={policy.max_length} "
-                    f"even after dropping every prompt message after the first {policy.keep_head_messages}: raise "
-                    f"max_length, lower train_keep_head_messages, or set train_overflow: skip to count and skip such pairs"
-                )
-            stats.too_long[kind] += 1
-            stats.too_long_ids.append(row["pair_id"])
-            continue
-        if out.prompt_tokens_dropped:
-            stats.prompt_truncated[kind] += 1
-            stats.prompt_tokens_dropped += out.prompt_tokens_dropped
-        stats.tail_tokens_trimmed += out.tail_tokens_trimmed
-        fitted.append(
-            {
-                "pair_id": row["pair_id"],
-                "kind": kind,
-                "prompt_ids": out.prompt_ids,
-                "chosen_ids": out.chosen_ids,
-                "rejected_ids": out.rejected_ids,
-                "chosen_loss_mask": out.chosen_loss_mask,
-                "rejected_loss_mask": out.rejected_loss_mask,
-            }
-        )
+        if _selected(row, kinds, branch_pools, local_reasons, stats):
+            example = _fit_row(row, n, policy, overflow, stats)
+            if example is not None:
+                fitted.append(example)
+    examples = [fitted[i] for i in _mix_and_cap(fitted, local_fraction, max_pairs, seed, stats)]
+    for r in examples:
+        stats.trained[r["kind"]] += 1
+        stats.trained_tokens[r["kind"]] += int(sum(r["chosen_loss_mask"])) + int(sum(r["rejected_loss_mask"]))
+    return examples, stats
+
+
+def _selected(
+    row: dict, kinds: Sequence[str], branch_pools: str, local_reasons: str, stats: PairStats
+) -> bool:
+    """Whether the recipe trains on pairs of this row's kind (and local pool and reason), counting the others."""
+    kind = row["kind"]
+    if kind not in kinds:
+        stats.not_selected[kind] += 1
+        return False
+    if kind == "local" and branch_pools != "all" and row["branch_pool"] != branch_pools:
+        stats.other_pool[kind] += 1
+        return False
+    if kind == "local" and local_reasons != "all" and row["label_reason"] != local_reasons:
+        stats.other_reason[kind] += 1
+        return False
+    return True
+
+
+def _fit_row(row: dict, n: int | None, policy: FitPolicy, overflow: str, stats: PairStats) -> dict | None:
+    """The pair's token row fitted to max_length with its loss masks; None (counted) when it cannot train."""
+    kind = row["kind"]
+    cmask = loss_mask(row["chosen_role"], row["chosen_turn"], kind, n)
+    rmask = loss_mask(row["rejected_role"], row["rejected_turn"], kind, n)
+    out = fit_pair(row["prompt_ids"], row["chosen_ids"], row["rejected_ids"], cmask, rmask, policy)
+    if out == "empty_window":
+        stats.empty_window[kind] += 1
+        return None
+    if out == "too_long":
+        if overflow == "error":
+            longest = len(row["prompt_ids"]) + max(len(row["chosen_ids"]), len(row["rejected_ids"]))
+            raise ValueError(
+                f"pair {row['pair_id']} ({kind}, {longest} tokens) does not fit max_length={policy.max_length} "
+                f"even after dropping every prompt message after the first {policy.keep_head_messages}: raise "
+                f"max_length, lower train_keep_head_messages, or set train_overflow: skip to count and skip such pairs"
+            )
+        stats.too_long[kind] += 1
+        stats.too_long_ids.append(row["pair_id"])
+        return None
+    if out.prompt_tokens_dropped:
+        stats.prompt_truncated[kind] += 1
+        stats.prompt_tokens_dropped += out.prompt_tokens_dropped
+    stats.tail_tokens_trimmed += out.tail_tokens_trimmed
+    return {
+        "pair_id": row["pair_id"],
+        "kind": kind,
+        "prompt_ids": out.prompt_ids,
+        "chosen_ids": out.chosen_ids,
+        "rejected_ids": out.rejected_ids,
+        "chosen_loss_mask": out.chosen_loss_mask,
+        "rejected_loss_mask": out.rejected_loss_mask,
+    }
+
+
+def _mix_and_cap(fitted: list[dict], local_fraction: float, max_pairs: int, seed: int, stats: PairStats):
+    """Indices of `fitted` kept by the kind mix, then by the seeded `max_pairs` cap (counting what each left out)."""
     keep = _mix([r["kind"] for r in fitted], local_fraction, seed)
     kept = set(keep.tolist())
     for i, r in enumerate(fitted):
@@ -313,11 +336,7 @@ def build_examples(
         for i in sorted(kept - set(capped.tolist())):
             stats.dropped_by_cap[fitted[i]["kind"]] += 1
         keep = capped
-    examples = [fitted[i] for i in keep]
-    for r in examples:
-        stats.trained[r["kind"]] += 1
-        stats.trained_tokens[r["kind"]] += int(sum(r["chosen_loss_mask"])) + int(sum(r["rejected_loss_mask"]))
-    return examples, stats
+    return keep
 
 
 def examples_to_dataset(examples: list[dict]):
