@@ -198,16 +198,9 @@ def alfworld_episodes(
     """
     import random
 
-    from selskill.benchmarks.alfworld import load_alfworld_skills
     from selskill.benchmarks.alfworld.env import AlfworldEnv, find_games
-    from selskill.init.demos import (
-        DEMO_FORMAT,
-        DEMO_LISTING_STYLE,
-        MixState,
-        play_on,
-        task_spec,
-    )
-    from selskill.skills import SkillExecutor, render_listing
+    from selskill.init.demos import ALFWORLD_PROMPTS, DemoBudget, DemoSetup, MixState, play_on, task_spec
+    from selskill.benchmarks.alfworld import load_alfworld_skills
 
     if games_dir is None:
         from selskill.benchmarks.alfworld.generate import generate_games
@@ -216,17 +209,14 @@ def alfworld_episodes(
         generate_games(games_dir, per_type=per_type, seed=seed, split=split, size="tiny")
     index = find_games(games_dir, splits=split)
     records = index.games
-    library = load_alfworld_skills()
-    executor = SkillExecutor(library)
-    listing = render_listing(library, style=DEMO_LISTING_STYLE)
-    env = AlfworldEnv(index)
+    setup = DemoSetup.of(AlfworldEnv(index), ALFWORLD_PROMPTS, load_alfworld_skills())
     mix = bench_demo_mix()
     traced = _traced_episode_class()
     episodes, dropped = [], 0
     for record in records:
         rng = random.Random(f"selskill-bench-retrieval:{seed}:{record.task_id}")
         spec = task_spec(record)
-        ep = traced(env, executor, DEMO_FORMAT, listing, record, spec, rng, mix, 50)
+        ep = traced(setup, record, spec, rng, mix, DemoBudget())
         opening = "systematic_search" if spec.task_type == "look_at_obj_in_light" else "pick_and_place"
         if ep.chance(mix.opening_memory):
             ep.call(opening, "opening")

@@ -61,8 +61,9 @@ seed: 0
 @pytest.fixture(scope="module")
 def round_dir(tmp_path_factory):
     from selskill.config import load_recipe
-    from selskill.init.bfcl import build_bfcl_init_policy
-    from selskill.init.bfcl_demos import BfclDemoMix
+    from selskill.config.init import BfclDemoMix, InitTraining, SftSchedule
+    from selskill.init.bfcl import BfclTrainTasks, build_bfcl_init_policy
+    from selskill.init.demos import DemoPrompts
     from selskill.stages.context import turn_format
     from selskill.stages.round import run_round
 
@@ -78,19 +79,15 @@ def round_dir(tmp_path_factory):
     recipe = load_recipe(argv)
     build_bfcl_init_policy(
         root / "init" / "model",
-        categories=("base",),
-        scenarios=recipe.settings.split("train"),
+        tasks=BfclTrainTasks(categories=("base",), scenarios=recipe.settings.split("train")),
         seed=0,
         mix=BfclDemoMix(opening_memory=1.0, useful=0.0, reference_memory=0.0, wrong_executable=0.0),
-        vocab_size=1024,
-        arch=ARCH,
-        pretrain_epochs=0,
-        epochs=100,
-        lr=1e-2,
-        batch_size=1,
-        max_length=6144,
-        fmt=turn_format(recipe.rollout, "bfcl"),
-        listing_style=recipe.rollout.listing_style,
+        training=InitTraining(
+            vocab_size=1024,
+            arch=ARCH,
+            sft=SftSchedule(pretrain_epochs=0, epochs=100, lr=1e-2, batch_size=1, max_length=6144),
+        ),
+        prompts=DemoPrompts(turn_format(recipe.rollout, "bfcl"), recipe.rollout.listing_style),
         progress=False,
     )
     with pytest.MonkeyPatch.context() as mp:

@@ -350,13 +350,14 @@ def test_the_appendix_d_eval_modes_apply_to_the_bfcl_format():
 def test_bfcl_demonstrations_are_the_transcripts_the_runner_writes_for_their_turns(env, tokenizer, mode):
     """Each demo's assistant turns, played by the runner with the same listing, give the demo back."""
     from selskill.agent.listings import STEP_SKILLS_HEADING
-    from selskill.init.bfcl_demos import DEMO_FORMAT, build_bfcl_demos
+    from selskill.init.bfcl_demos import DEMO_FORMAT, DEMO_LISTING_STYLE, build_bfcl_demos
+    from selskill.init.demos import DemoPrompts
     from selskill.skills.distractors import library_of_size
     from selskill.skills.retrieval import RetrievalConfig, SkillRetriever
 
     library = load_bfcl_skills() if mode is None else library_of_size(load_bfcl_skills(), 68, 0)
     ret = None if mode is None else SkillRetriever(library, RetrievalConfig(mode=mode))
-    report = build_bfcl_demos(env, library=library, retriever=ret, seed=0)
+    report = build_bfcl_demos(env, prompts=DemoPrompts(DEMO_FORMAT, DEMO_LISTING_STYLE, library, ret), seed=0)
     assert len(report.demos) >= 4, report.dropped
     config = RunnerConfig(max_env_steps=60, max_decisions=60, max_new_tokens=400, max_context_tokens=1 << 16)
     calls = 0

@@ -6,22 +6,21 @@ import json
 import random
 
 import pytest
-from test_init_sft import MICRO
+from test_init_sft import MICRO_DEMOS, MICRO_TRAINING
 from test_runner import FMT, ScriptedPolicy, _runner
 
 from selskill.agent.parser import parse_turn
 from selskill.agent.runner import EpisodeSpec
 from selskill.agent.turn_format import render_action, render_skill_call
-from selskill.benchmarks.alfworld import load_alfworld_skills
 from selskill.benchmarks.alfworld.env import AlfworldEnv, find_games
 from selskill.benchmarks.alfworld.expert import task_spec
 from selskill.init.alfworld import build_init_policy
 from selskill.init.dagger import DAGGER_DEMOS, DaggerSettings, disagreements, relabel_rollout
-from selskill.init.demos import DemoEpisode, DemoMix
+from selskill.init.demos import DemoBudget, DemoEpisode, DemoMix, DemoPrompts, DemoSetup
 from selskill.init.sft import MANIFEST
 from selskill.policy.hf import HFPolicy
 from selskill.policy.settings import HFSettings
-from selskill.skills import SkillExecutor, render_listing
+from selskill.benchmarks.alfworld import load_alfworld_skills
 
 
 @pytest.fixture(scope="module")
@@ -45,15 +44,24 @@ def scripted_row(tiny_model_dir, index):
 
 
 BARE = DemoMix.none()  # the expert alone: the continuation is deterministic to assert on
+PROMPTS = DemoPrompts(FMT, "compact")
+
+
+def _setup(index):
+    return DemoSetup.of(AlfworldEnv(index), PROMPTS, load_alfworld_skills())
 
 
 def _relabel(index, task, turns, seed=0, points=2, mix=BARE, max_decisions=50):
-    lib = load_alfworld_skills()
+    budget = DemoBudget(max_decisions=max_decisions, max_env_steps=30)
     return relabel_rollout(
-        AlfworldEnv(index), SkillExecutor(lib), FMT, render_listing(lib, style="compact"),
-        index.by_id()[task], turns, rng=random.Random(seed), mix=mix, max_env_steps=30, points=points,
-        max_decisions=max_decisions,
-    )  # fmt: skip
+        _setup(index),
+        index.by_id()[task],
+        turns,
+        rng=random.Random(seed),
+        mix=mix,
+        budget=budget,
+        points=points,
+    )
 
 
 def test_relabelled_demos_continue_the_policy_episode_with_the_expert(index, scripted_row):
@@ -63,8 +71,10 @@ def test_relabelled_demos_continue_the_policy_episode_with_the_expert(index, scr
     assert len(demos) == 2 and not dropped
     policy_messages = json.loads(row["messages"])
     lib = load_alfworld_skills()
-    probe = DemoEpisode(AlfworldEnv(index), SkillExecutor(lib), FMT, render_listing(lib, style="compact"),
-                        index.by_id()[task], task_spec(index.by_id()[task]), random.Random(0), DemoMix(), 30)  # fmt: skip
+    record = index.by_id()[task]
+    probe = DemoEpisode(
+        _setup(index), record, task_spec(record), random.Random(0), DemoMix(), DemoBudget(max_env_steps=30)
+    )
     found = disagreements(probe, row["turns"])
     assert found[0] == 1  # the skill call is not a disagreement, the malformed turn is
     for demo in demos:
@@ -97,10 +107,15 @@ def test_the_expert_continuation_has_a_decision_budget_of_its_own(index, scripte
 
 def test_a_rollout_that_agrees_with_the_expert_adds_nothing(index):
     task = next(t for t in AlfworldEnv(index).task_ids() if "pick_and_place_simple" in t)
-    lib = load_alfworld_skills()
-    env = AlfworldEnv(index)
-    ep = DemoEpisode(env, SkillExecutor(lib), FMT, render_listing(lib, style="compact"), index.by_id()[task],
-                     task_spec(index.by_id()[task]), random.Random(0), DemoMix.none(), 30)  # fmt: skip
+    record = index.by_id()[task]
+    ep = DemoEpisode(
+        _setup(index),
+        record,
+        task_spec(record),
+        random.Random(0),
+        DemoMix.none(),
+        DemoBudget(max_env_steps=30),
+    )
     turns = []
     while not ep.state.won:  # the bare expert's own play, recorded as runner turns
         command = ep.expert.next_command()
@@ -112,8 +127,7 @@ def test_a_rollout_that_agrees_with_the_expert_adds_nothing(index):
 
 def test_build_with_dagger_and_from_a_base(tmp_path):
     games_dir = tmp_path / "games"
-    kwargs = dict(games_dir=games_dir, n_train_games=1, seed=0, vocab_size=1024, arch=MICRO, pretrain_epochs=1,
-                  epochs=1, lr=3e-3, batch_size=3, max_length=4096, demo_mix=DemoMix(), progress=False)  # fmt: skip
+    kwargs = dict(games_dir=games_dir, seed=0, demos=MICRO_DEMOS, training=MICRO_TRAINING, progress=False)
     base = tmp_path / "runs" / "base" / "round_0" / "train" / "model"
     build_init_policy(base, **kwargs)
     assert "dagger" not in json.loads((base.parent / MANIFEST).read_text())["settings"]
@@ -148,8 +162,9 @@ def test_build_with_dagger_and_from_a_base(tmp_path):
     (it3,) = json.loads((third.parent / MANIFEST).read_text())["train"]["dagger"]
     assert it3["iteration"] == 2 and len(find_games(games_dir, "train").games) == 6 * 4
 
+    other_lr = dataclasses.replace(MICRO_TRAINING, sft=dataclasses.replace(MICRO_TRAINING.sft, lr=1e-3))
     with pytest.raises(ValueError, match=r"lr: 0\.003 -> 0\.001"):
-        build_init_policy(tmp_path / "runs" / "e" / "round_0" / "train" / "model", **{**kwargs, "lr": 1e-3},
+        build_init_policy(tmp_path / "runs" / "e" / "round_0" / "train" / "model", **{**kwargs, "training": other_lr},
                           dagger=dagger)  # fmt: skip
     with pytest.raises(ValueError, match="init_dagger_iters"):
         DaggerSettings(iterations=0, base=str(base))
@@ -160,7 +175,6 @@ def test_dagger_rollouts_decode_as_the_recipe_does(tiny_model_dir, monkeypatch):
     `action_choice` (a build for `action_choice: admissible` must not relabel free-decoding states)."""
     from selskill.agent import runner as runner_mod
     from selskill.config import load_recipe
-    from selskill.init.alfworld import build_kwargs
     from selskill.init.dagger import policy_rollouts
 
     seen = []
@@ -173,11 +187,11 @@ def test_dagger_rollouts_decode_as_the_recipe_does(tiny_model_dir, monkeypatch):
     monkeypatch.setattr(runner_mod.EpisodeRunner, "__init__", recording_init)
     for choice in ("admissible", "free"):
         assert policy_rollouts(
-            tiny_model_dir, [], fmt=FMT, listing_style="compact", seed=0,
-            max_env_steps=2, action_choice=choice,
+            tiny_model_dir, [], prompts=PROMPTS, budget=DemoBudget(max_env_steps=2),
+            dagger=DaggerSettings(action_choice=choice), seed=0,
         ) == []  # fmt: skip
     assert seen == ["admissible", "free"]
     recipe = load_recipe(["--config", "recipes/tiny.yaml"])
-    settings = build_kwargs(recipe.init, recipe.rollout.action_choice)["dagger"]
+    settings = recipe.init.dagger(recipe.rollout.action_choice)
     assert recipe.rollout.action_choice == "admissible" and settings.action_choice == "admissible"
-    assert build_kwargs(recipe.init)["dagger"].action_choice == "free"
+    assert recipe.init.dagger().action_choice == "free"

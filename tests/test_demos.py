@@ -16,6 +16,7 @@ from selskill.init.demos import (
     DEMO_FORMAT,
     DEMO_LISTING_STYLE,
     TASK_SKILL,
+    DemoBudget,
     DemoMix,
     build_demos,
     make_demos,
@@ -147,11 +148,11 @@ def test_bare_expert_calls_no_skill_and_still_wins(small_games):
 def test_a_demonstration_longer_than_the_decision_budget_is_dropped(small_games):
     """A demonstration is kept only if won within the rounds' step budget counted as the runner
     counts it, in decisions: skill calls that run no command spend it too."""
-    free = build_demos(small_games, seed=0, max_decisions=1000, max_env_steps=1000).demos
+    free = build_demos(small_games, seed=0, budget=DemoBudget(1000, 1000)).demos
     # the longest demonstration whose calls cost decisions but no commands: one decision over
     longest = max((d for d in free if d.env_steps < d.n_turns), key=lambda d: d.n_turns)
     budget = longest.n_turns - 1
-    capped = build_demos(small_games, seed=0, max_decisions=budget, max_env_steps=budget)
+    capped = build_demos(small_games, seed=0, budget=DemoBudget(budget, budget))
     assert longest.env_steps <= budget and longest.task_id not in {d.task_id for d in capped.demos}
     within = [d for d in free if d.n_turns <= budget and d.env_steps <= budget]
     assert [d.messages for d in capped.demos] == [d.messages for d in within]

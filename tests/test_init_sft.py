@@ -5,18 +5,18 @@ import json
 
 import pytest
 
+from selskill.benchmarks.alfworld.turn_format import AlfworldTurnFormat
 from selskill.agent.parser import parse_turn
 from selskill.agent.transcript import after_action, after_skill, opening_messages
-from selskill.benchmarks.alfworld import load_alfworld_skills
-from selskill.benchmarks.alfworld.env import AlfworldEnv, find_games
-from selskill.benchmarks.alfworld.turn_format import AlfworldTurnFormat
-from selskill.config.init import InitConfig
+from selskill.config.init import AlfworldDemos, DemoBudget, InitConfig, InitTraining, SftSchedule
 from selskill.config.rollout import MAX_DECISIONS
-from selskill.init import alfworld as init_build
-from selskill.init.alfworld import build_init_policy, build_kwargs, demo_mix, init_arch
-from selskill.init.demos import DEMO_FORMAT, DEMO_LISTING_STYLE, DemoMix, make_demos, tokenizer_corpus
+from selskill.benchmarks.alfworld.env import AlfworldEnv, find_games
+from selskill.init import sft as init_sft
+from selskill.init.alfworld import build_init_policy
+from selskill.init.demos import DEMO_FORMAT, DEMO_LISTING_STYLE, DemoPrompts, make_demos, tokenizer_corpus
 from selskill.init.sft import COMPLETED, MANIFEST, sft_config, sft_dataset, sft_train
 from selskill.policy.bootstrap import IM_END, TinyArch, build_model, train_tokenizer
+from selskill.benchmarks.alfworld import load_alfworld_skills
 from selskill.skills import SkillExecutor, render_listing
 
 MICRO = TinyArch(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
@@ -33,9 +33,16 @@ def tokenizer(demos):
     return train_tokenizer(tokenizer_corpus(demos), vocab_size=1024)
 
 
-def _args(tmp_path, **kw):
-    base = dict(seed=0, epochs=1, lr=3e-3, batch_size=2, max_length=4096, logging_steps=1, progress=False)
-    return sft_config(tmp_path / "sft", **{**base, **kw})
+def _args(tmp_path, epochs=1, **kw):
+    schedule = SftSchedule(**{"lr": 3e-3, "batch_size": 2, "max_length": 4096, "logging_steps": 1, **kw})
+    return sft_config(tmp_path / "sft", schedule, epochs=epochs, seed=0, progress=False)
+
+
+# a build small enough for a test: one game of each type, a micro model, one epoch per phase
+MICRO_TRAINING = InitTraining(
+    vocab_size=1024, arch=MICRO, sft=SftSchedule(pretrain_epochs=1, epochs=1, lr=3e-3, batch_size=3)
+)
+MICRO_DEMOS = AlfworldDemos(games_per_type=1)
 
 
 def _trained_text(trainer, tokenizer, k=0) -> tuple[str, str]:
@@ -149,8 +156,7 @@ def test_build_reload_and_reuse(tmp_path, monkeypatch):
 
     out = tmp_path / "runs" / "t" / "round_0" / "train" / "model"
     games_dir = tmp_path / "games"
-    kwargs = dict(games_dir=games_dir, n_train_games=1, seed=0, vocab_size=1024, arch=MICRO, pretrain_epochs=1, epochs=1, lr=3e-3,
-                  batch_size=3, max_length=4096, demo_mix=DemoMix(), progress=False)  # fmt: skip
+    kwargs = dict(games_dir=games_dir, seed=0, demos=MICRO_DEMOS, training=MICRO_TRAINING, progress=False)
     assert build_init_policy(out, **kwargs) == out
     stage = out.parent
     assert (stage / COMPLETED).is_file() and (out / "config.json").is_file()
@@ -183,18 +189,25 @@ def test_build_reload_and_reuse(tmp_path, monkeypatch):
     def boom(*args, **kw):
         raise AssertionError("retrained")
 
-    monkeypatch.setattr(init_build, "sft_train", boom)
+    monkeypatch.setattr(init_sft, "sft_train", boom)
     assert build_init_policy(out, **kwargs) == out
-    with pytest.raises(FileExistsError):
-        build_init_policy(out, **{**kwargs, "lr": 1e-3})
+    # the logging interval changes no weight: a build differing only in it is reused
+    logging = dataclasses.replace(
+        MICRO_TRAINING, sft=dataclasses.replace(MICRO_TRAINING.sft, logging_steps=1)
+    )
+    assert build_init_policy(out, **{**kwargs, "training": logging}) == out
+    other_lr = dataclasses.replace(MICRO_TRAINING, sft=dataclasses.replace(MICRO_TRAINING.sft, lr=1e-3))
+    with pytest.raises(FileExistsError, match=r"lr: 0\.003 -> 0\.001"):
+        build_init_policy(out, **{**kwargs, "training": other_lr})
     # the step budget decides which demonstrations are kept: an init built under another is not reused
     assert manifest["settings"]["max_decisions"] == MAX_DECISIONS
+    other_budget = dataclasses.replace(MICRO_DEMOS, budget=DemoBudget(max_decisions=15))
     with pytest.raises(FileExistsError, match=f"max_decisions: {MAX_DECISIONS} -> 15"):
-        build_init_policy(out, **{**kwargs, "max_decisions": 15})
+        build_init_policy(out, **{**kwargs, "demos": other_budget})
     # the prompt format is a setting too: a policy is sampled with the format it was trained on
     all_commands = AlfworldTurnFormat(style="compact", admissible_style="all")
     with pytest.raises(FileExistsError):
-        build_init_policy(out, **{**kwargs, "fmt": all_commands})
+        build_init_policy(out, **{**kwargs, "prompts": DemoPrompts(all_commands, DEMO_LISTING_STYLE)})
     assert manifest["settings"]["fmt"]["admissible_style"] == "local"
 
 
@@ -205,10 +218,6 @@ def test_init_config_joins_a_trl_recipe():
     assert all(n.startswith("init_") for n in names)
     trl_names = {f.name for t in (DPOConfig, SFTConfig) for f in dataclasses.fields(t)}
     assert not names & trl_names
-    cfg = InitConfig()
-    assert demo_mix(cfg) == DemoMix()
-    assert init_arch(cfg) == TinyArch()
-    assert set(build_kwargs(cfg)) <= set(build_init_policy.__code__.co_varnames)
     parser = TrlParser((InitConfig, DPOConfig))
     init, dpo = parser.parse_args_and_config(
         args=[
@@ -220,19 +229,33 @@ def test_init_config_joins_a_trl_recipe():
             "2",
             "--init_demo_useful",
             "0.5",
+            "--init_layers",
+            "3",
             "--seed",
             "7",
         ]
     )
-    assert init.init_epochs == 2 and demo_mix(init).useful == 0.5 and dpo.seed == 7
+    training = init.training()
+    assert training.sft.epochs == 2 and training.arch.num_hidden_layers == 3 and dpo.seed == 7
+    assert init.alfworld_demos().mix.useful == 0.5
 
 
-def test_the_recipes_init_defaults_are_the_builders():
-    """The recipe layer states the init defaults itself (it imports no init code): they must be the builders'."""
-    from selskill.init.bfcl import bfcl_demo_mix
-    from selskill.init.bfcl_demos import BfclDemoMix
-    from selskill.init.demos import DEFAULT_MAX_ENV_STEPS
+def _settings(cfg: InitConfig) -> tuple:
+    return cfg.training(), cfg.alfworld_demos(), cfg.dagger(), cfg.bfcl_demo_mix()
 
-    cfg = InitConfig()
-    assert bfcl_demo_mix(cfg) == BfclDemoMix()
-    assert cfg.init_max_env_steps == DEFAULT_MAX_ENV_STEPS
+
+@pytest.mark.parametrize(
+    "key", [f.name for f in dataclasses.fields(InitConfig) if f.name != "init_bfcl_tasks"]
+)
+def test_every_init_key_reaches_a_builders_setting(key):
+    """A recipe key the settings objects do not read would be accepted and then ignored."""
+    base = InitConfig(init_dagger_iters=1) if key == "init_dagger_from" else InitConfig()
+    value = getattr(base, key)
+    other = {"init_game_size": "tiny", "init_demo_search": "sweep", "init_dagger_from": "elsewhere"}.get(key)
+    if isinstance(value, bool):
+        other = not value
+    elif isinstance(value, int):
+        other = value + 1
+    elif isinstance(value, float):
+        other = value / 2 or 0.5
+    assert _settings(dataclasses.replace(base, **{key: other})) != _settings(base)

@@ -491,11 +491,11 @@ def test_bfcl_progress_episodes_replay_their_listings():
 def test_demonstrations_are_the_transcripts_the_runner_writes_for_their_turns(tokenizer, index, mode):
     """A demo built for a retrieval round, its assistant turns played by the runner, comes back
     message for message: same system prompt, same step listings, every call listed."""
-    from selskill.init.demos import build_demos
+    from selskill.init.demos import DemoPrompts, build_demos
 
     library = OWN if mode is None else BIG
     ret = None if mode is None else _retriever(mode, library)
-    report = build_demos(index.games, fmt=FMT, library=library, retriever=ret, seed=0)
+    report = build_demos(index.games, prompts=DemoPrompts(FMT, "compact", library, ret), seed=0)
     assert len(report.demos) >= 5, report.dropped
     config = _config(max_env_steps=60, max_decisions=80, max_new_tokens=96, max_context_tokens=1 << 16)
     calls = 0
@@ -524,11 +524,12 @@ def test_demonstrations_are_the_transcripts_the_runner_writes_for_their_turns(to
 def test_a_retrieval_init_refuses_dagger(tmp_path):
     from selskill.init.alfworld import build_init_policy
     from selskill.init.dagger import DaggerSettings
+    from selskill.init.demos import DEMO_FORMAT, DemoPrompts
 
     # DAgger's own rollouts list every skill: a retrieval init would be trained on two prompts
     with pytest.raises(ValueError, match="init_dagger_iters: 1 with retrieval_mode: progress"):
         build_init_policy(
             tmp_path / "init", games_dir=tmp_path, dagger=DaggerSettings(iterations=1),
-            library=BIG, retriever=_retriever("progress"),
+            prompts=DemoPrompts(DEMO_FORMAT, "compact", BIG, _retriever("progress")),
         )  # fmt: skip
     assert not (tmp_path / "init").exists()

@@ -34,7 +34,7 @@ def _init(args: argparse.Namespace) -> int:
         describe_only(recipe.with_run(round=1, rank=0, world_size=1), "init")
         return 0
     if recipe.policy.model_name_or_path:
-        ensure_games(recipe.run, recipe.games)
+        ensure_games(recipe.run)
         converted = ensure_init_policy(recipe)
         if converted:
             print(f"model_name_or_path {recipe.policy.model_name_or_path} is converted: {converted}")

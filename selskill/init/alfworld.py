@@ -24,100 +24,33 @@ truncated demo would teach an unfinished episode).
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import os
 import time
 from collections import defaultdict
 from pathlib import Path
 
-from selskill.agent.turn_format import TurnFormat
-from selskill.benchmarks.alfworld import load_alfworld_skills
-from selskill.config.init import InitConfig
-from selskill.config.rollout import MAX_DECISIONS
+from selskill.config.init import AlfworldDemos, DaggerSettings, InitTraining
 from selskill.data.inputs import changed_settings
-from selskill.init.dagger import DAGGER_DEMOS, DaggerSettings, run_dagger
-from selskill.init.demos import (
-    DEFAULT_MAX_ENV_STEPS,
-    DEMO_FORMAT,
-    DEMO_LISTING_STYLE,
-    Demo,
-    DemoMix,
-    build_demos,
-    tokenizer_corpus,
-)
+from selskill.init.dagger import DaggerRun, continued_from, run_dagger, save_relabelled
+from selskill.init.demos import ALFWORLD_PROMPTS, DemoPrompts, build_demos, tokenizer_corpus
 from selskill.init.sft import (
     COMPLETED,
     MANIFEST,
+    TrainedDemos,
     build_listings,
-    demo_token_lengths,
     is_complete,
     read_manifest,
     reuse_or_start,
     save_init_policy,
     settings_record,
-    sft_config,
-    sft_train,
+    timed,
+    train_init_model,
+    training_record,
 )
-from selskill.policy.bootstrap import TinyArch, build_model, train_tokenizer
-from selskill.skills import SkillLibrary
-from selskill.skills.retrieval import SkillRetriever
+from selskill.policy.bootstrap import train_tokenizer
+from selskill.benchmarks.alfworld import load_alfworld_skills
 
 MANIFEST_VERSION = 1
-
-
-# --- the recipe's init section as build arguments ------------------------------------------
-
-
-def demo_mix(config: InitConfig) -> DemoMix:
-    """The `init_demo_*` rates as a `DemoMix` (which checks them)."""
-    prefix = "init_demo_"
-    return DemoMix(**{f.name[len(prefix) :]: getattr(config, f.name) for f in dataclasses.fields(config)
-                      if f.name.startswith(prefix)})  # fmt: skip
-
-
-def init_arch(config: InitConfig) -> TinyArch:
-    """The model shape of the `init_*` keys (both builders' models)."""
-    return TinyArch(
-        hidden_size=config.init_hidden_size,
-        intermediate_size=config.init_intermediate_size,
-        num_hidden_layers=config.init_layers,
-        num_attention_heads=config.init_heads,
-        num_key_value_heads=config.init_kv_heads,
-        head_dim=config.init_head_dim,
-    )
-
-
-def build_kwargs(config: InitConfig, action_choice: str = "free") -> dict:
-    """Keyword arguments of `build_init_policy` (add out_dir, games_dir, seed); `action_choice`: the
-    rollout section's, which DAgger's own rollouts follow."""
-    return {
-        "n_train_games": config.init_games_per_type,
-        "game_size": config.init_game_size,
-        "max_decisions": config.init_max_decisions,
-        "max_env_steps": config.init_max_env_steps,
-        "demo_mix": demo_mix(config),
-        "vocab_size": config.init_vocab_size,
-        "arch": init_arch(config),
-        "pretrain_epochs": config.init_pretrain_epochs,
-        "epochs": config.init_epochs,
-        "lr": config.init_lr,
-        "warmup_ratio": config.init_warmup_ratio,
-        "batch_size": config.init_batch_size,
-        "max_length": config.init_max_length,
-        "logging_steps": config.init_logging_steps,
-        "dagger": DaggerSettings(
-            iterations=config.init_dagger_iters,
-            epochs=config.init_dagger_epochs,
-            lr=config.init_dagger_lr,
-            points=config.init_dagger_points,
-            max_env_steps=config.init_dagger_env_steps,
-            temperature=config.init_dagger_temperature,
-            base=config.init_dagger_from,
-            fresh_games=config.init_dagger_fresh_games,
-            action_choice=action_choice,
-        ),
-    }
 
 
 # --- games --------------------------------------------------------------------------------
@@ -182,221 +115,156 @@ def _check_base(base: str | Path, settings: dict) -> dict:
     return manifest
 
 
+def _settings(
+    games_dir, seed: int, demos: AlfworldDemos, training: InitTraining, prompts: DemoPrompts
+) -> dict:
+    """The manifest's settings of a build without DAgger (a second build with equal ones reuses it)."""
+    settings = settings_record(
+        version=MANIFEST_VERSION,
+        games_dir=Path(games_dir).resolve(),
+        n_train_games=demos.games_per_type,
+        seed=seed,
+        games_seed=seed,
+        game_size=demos.game_size,
+        max_decisions=demos.budget.max_decisions,
+        max_env_steps=demos.budget.max_env_steps,
+        demo_mix=demos.mix,
+        fmt=prompts.fmt,
+        listing_style=prompts.listing_style,
+        **training_record(training),
+    )
+    if not settings["demo_mix"].get("false_take"):
+        # keys added later join the settings only when used: earlier builds stay reusable
+        settings["demo_mix"].pop("false_take", None)
+    return settings
+
+
+def _record_dagger(settings: dict, dagger: DaggerSettings, mode: str) -> dict:
+    """Add DAgger to `settings` (only DAgger builds carry the key: builds without it keep their
+    manifests valid); returns the manifest of the build it continues ({} for none)."""
+    if not dagger.iterations:
+        return {}
+    if mode != "all":
+        raise ValueError(
+            f"init_dagger_iters: {dagger.iterations} with retrieval_mode: {mode}: DAgger's rollouts "
+            "list every skill; build the retrieval init with init_dagger_iters: 0"
+        )
+    base_manifest = _check_base(dagger.base, settings) if dagger.base else {}
+    settings["dagger"] = settings_record(d=dagger)["d"]
+    if dagger.base:
+        settings["dagger"]["base"] = str(Path(dagger.base).resolve())
+        settings["dagger"]["base_dagger"] = base_manifest["settings"].get("dagger")
+    return base_manifest
+
+
+def _start_model(
+    tokenizer, demos: TrainedDemos, training: InitTraining, base: str, work: Path, *, seed, progress
+):
+    """(model, tokenizer, train stats): DAgger's `base` as it is, else a model SFT'd on `demos`."""
+    if not base:
+        model, stats = train_init_model(
+            tokenizer, demos.kept, training, work, seed=seed, progress=progress, drop_system=True
+        )
+        return model, tokenizer, stats
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    # the base's own tokenizer: the one trained here is identical (same corpus) but the model's
+    # embedding rows belong to the base's
+    model = AutoModelForCausalLM.from_pretrained(base)
+    stats = {"pretrain": None, "sft": None, "base": str(Path(base).resolve())}
+    return model, AutoTokenizer.from_pretrained(base), stats
+
+
+def _tokens_per_second(train_stats: dict) -> float | None:
+    """Over every SFT phase of the build, DAgger's included."""
+    phases = [p for p in (train_stats["pretrain"], train_stats["sft"]) if p]
+    phases += [it["sft"] for it in train_stats.get("dagger", [])]
+    seconds = sum(p["train_seconds"] for p in phases)
+    return round(sum(p["tokens_per_epoch"] * p["epochs"] for p in phases) / seconds, 1) if seconds else None
+
+
 def build_init_policy(
     out_dir: str | Path,
     *,
     games_dir: str | Path,
-    n_train_games: int = 40,
     seed: int = 42,
-    demo_mix: DemoMix | None = None,
-    vocab_size: int = 2048,
-    arch: TinyArch | None = None,
-    pretrain_epochs: float = 4.0,
-    epochs: float = 8.0,
-    lr: float = 4e-3,
-    batch_size: int = 2,
-    max_length: int = 4096,
-    warmup_ratio: float = 0.05,
-    logging_steps: int = 10,
-    max_decisions: int = MAX_DECISIONS,
-    max_env_steps: int = DEFAULT_MAX_ENV_STEPS,
-    game_size: str = "small",
-    games_seed: int | None = None,
-    fmt: TurnFormat = DEMO_FORMAT,
-    listing_style: str = DEMO_LISTING_STYLE,
+    demos: AlfworldDemos | None = None,
+    training: InitTraining | None = None,
     dagger: DaggerSettings | None = None,
-    library: SkillLibrary | None = None,
-    retriever: SkillRetriever | None = None,
-    report_to: str | list[str] = "none",
+    prompts: DemoPrompts = ALFWORLD_PROMPTS,
     progress: bool = True,
     redo: bool = False,
 ) -> Path:
     """Build (or reuse) the offline init policy at `out_dir`; returns `out_dir`.
 
-    `n_train_games` is per task type; `games_seed` (default `seed`) seeds the game
-    generator, `seed` the demo mix, the model init and SFT. Training runs in two phases
-    over the same demonstrations: `pretrain_epochs` with every token in the loss (the
-    model learns the environment's language and to copy names from its context, which a
-    from-scratch model does not learn from the few assistant tokens alone), then
-    `epochs` with the assistant tokens only (the policy). `library` (default: the 10 ALFWorld
-    skills) and `retriever` are the rounds' (`selskill.stages.context.runner_library` and
-    `retriever`): the demonstrations list each decision's skills as the rounds will, and are
-    kept only if won within `max_decisions` decisions and `max_env_steps` commands, so that the
-    init is not taught an episode the rounds' step budget would cut short.
+    `demos.games_per_type` generated train games of each type (under `games_dir`) are played by
+    the expert with `demos.mix`; `seed` seeds the games, the mix, the model init and SFT.
+    Training runs in `training.sft`'s two phases over the same demonstrations: every token in
+    the loss (the model learns the environment's language and to copy names from its context,
+    which a from-scratch model does not learn from the few assistant tokens alone), then the
+    assistant tokens only (the policy). `prompts` are the rounds' (`selskill.init.builders`):
+    the demonstrations list each decision's skills as the rounds will, and are kept only if won
+    within `demos.budget`, so that the init is not taught an episode the rounds' step budget
+    would cut short. `dagger` (iterations > 0) adds DAgger after the SFT.
     """
     out_dir = Path(out_dir)
     stage_dir = out_dir.parent
-    demo_mix = demo_mix or DemoMix()
-    arch = arch or TinyArch()
-    games_seed = seed if games_seed is None else games_seed
-    settings = settings_record(
-        version=MANIFEST_VERSION,
-        games_dir=Path(games_dir).resolve(),
-        n_train_games=n_train_games,
-        seed=seed,
-        games_seed=games_seed,
-        game_size=game_size,
-        max_decisions=max_decisions,
-        max_env_steps=max_env_steps,
-        demo_mix=demo_mix,
-        vocab_size=vocab_size,
-        arch=arch,
-        pretrain_epochs=pretrain_epochs,
-        epochs=epochs,
-        lr=lr,
-        warmup_ratio=warmup_ratio,
-        batch_size=batch_size,
-        max_length=max_length,
-        fmt=fmt,
-        listing_style=listing_style,
-    )
-    listings = build_listings(settings, load_alfworld_skills(), library, retriever, listing_style)
-    if not settings["demo_mix"].get("false_take"):
-        # keys added later join the settings only when used: earlier builds stay reusable
-        settings["demo_mix"].pop("false_take", None)
-    dagger = dagger or DaggerSettings()
-    if dagger.iterations and listings.mode != "all":
-        raise ValueError(
-            f"init_dagger_iters: {dagger.iterations} with retrieval_mode: {listings.mode}: DAgger's rollouts "
-            "list every skill; build the retrieval init with init_dagger_iters: 0"
-        )
-    base_manifest: dict = {}
-    if dagger.iterations:
-        # only DAgger builds carry the key: builds without it keep their manifests valid
-        if dagger.base:
-            base_manifest = _check_base(dagger.base, settings)
-        settings["dagger"] = settings_record(d=dagger)["d"]
-        if dagger.base:
-            settings["dagger"]["base"] = str(Path(dagger.base).resolve())
-            settings["dagger"]["base_dagger"] = base_manifest["settings"].get("dagger")
+    demos, training, dagger = demos or AlfworldDemos(), training or InitTraining(), dagger or DaggerSettings()
+    settings = _settings(games_dir, seed, demos, training, prompts)
+    listings = build_listings(settings, load_alfworld_skills(), prompts)
+    base_manifest = _record_dagger(settings, dagger, listings.mode)
     if reuse_or_start(out_dir, stage_dir, settings, redo):
         return out_dir
     timings: dict[str, float] = {}
     t_all = time.perf_counter()
-
-    t = time.perf_counter()
-    records = train_games(games_dir, n_train_games, games_seed, game_size, progress=progress)
-    timings["games_seconds"] = round(time.perf_counter() - t, 1)
-
-    t = time.perf_counter()
-    report = build_demos(
-        records,
-        mix=demo_mix,
-        seed=seed,
-        max_decisions=max_decisions,
-        max_env_steps=max_env_steps,
-        fmt=fmt,
-        listing_style=listing_style,
-        library=listings.library,
-        retriever=listings.retriever,
-        progress=progress,
-    )
-    timings["demos_seconds"] = round(time.perf_counter() - t, 1)
+    with timed(timings, "games_seconds"):
+        records = train_games(games_dir, demos.games_per_type, seed, demos.game_size, progress=progress)
+    with timed(timings, "demos_seconds"):
+        report = build_demos(
+            records, prompts=prompts, mix=demos.mix, budget=demos.budget, seed=seed, progress=progress
+        )
     if not report.demos:
         raise RuntimeError(f"no winning demonstration from {len(records)} games: {dict(report.dropped)}")
-
-    t = time.perf_counter()
-    corpus = tokenizer_corpus(report.demos, listings.library, fmt=fmt, listing_style=listing_style)
-    tokenizer = train_tokenizer(corpus, vocab_size=vocab_size)
-    timings["tokenizer_seconds"] = round(time.perf_counter() - t, 1)
-
-    lengths = demo_token_lengths(tokenizer, report.demos)
-    kept = [d for d, n in zip(report.demos, lengths, strict=True) if n <= max_length]
-    kept_lengths = [n for n in lengths if n <= max_length]
-    too_long = len(report.demos) - len(kept)
-
+    with timed(timings, "tokenizer_seconds"):
+        corpus = tokenizer_corpus(
+            report.demos, listings.library, fmt=prompts.fmt, listing_style=prompts.listing_style
+        )
+        tokenizer = train_tokenizer(corpus, vocab_size=training.vocab_size)
+    trained = TrainedDemos.of(report, tokenizer, training.sft.max_length)
     work = stage_dir / "sft"
-    common = dict(seed=seed, lr=lr, batch_size=batch_size, max_length=max_length, warmup_ratio=warmup_ratio,
-                  logging_steps=logging_steps, report_to=report_to, progress=progress)  # fmt: skip
-    train_stats: dict = {"pretrain": None, "sft": None}
-    t = time.perf_counter()
-    if dagger.base:
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        # the base's own tokenizer: the one trained above is identical (same corpus) but the
-        # model's embedding rows belong to the base's
-        tokenizer = AutoTokenizer.from_pretrained(dagger.base)
-        model = AutoModelForCausalLM.from_pretrained(dagger.base)
-        train_stats["base"] = str(Path(dagger.base).resolve())
-    else:
-        model = build_model(tokenizer, arch, seed=seed)
-        if pretrain_epochs > 0:
-            args = sft_config(work / "pretrain", epochs=pretrain_epochs, **common)
-            trainer, train_stats["pretrain"] = sft_train(
-                model, tokenizer, kept, args, drop_system=True, assistant_only=False
-            )
-            model = trainer.model
-        args = sft_config(work / "sft", epochs=epochs, **common)
-        trainer, train_stats["sft"] = sft_train(model, tokenizer, kept, args)
-        model = trainer.model
-    timings["train_seconds"] = round(time.perf_counter() - t, 1)
+    with timed(timings, "train_seconds"):
+        model, tokenizer, train_stats = _start_model(
+            tokenizer, trained, training, dagger.base, work, seed=seed, progress=progress
+        )
     if dagger.iterations:
-        prior, first = [], 0
-        if dagger.base:  # continuing a DAgger build: its relabelled demos stay in the aggregate
-            base_stage = Path(dagger.base).parent
-            if (base_stage / DAGGER_DEMOS).is_file():
-                with open(base_stage / DAGGER_DEMOS) as f:
-                    prior = [Demo(**json.loads(line)) for line in f]
-            # the base may itself continue a build: number on from its last iteration, so fresh
-            # games and episode seeds are new ones
-            base_iterations = (base_manifest.get("train") or {}).get("dagger") or []
-            first = max((it["iteration"] for it in base_iterations), default=-1) + 1
+        prior, first = continued_from(dagger, base_manifest)
         train_stats["dagger_prior_demos"] = len(prior)
-        t = time.perf_counter()
 
         def dagger_games(it: int):
             if not dagger.fresh_games:
                 return records
+            per_type = demos.games_per_type
             return train_games(
-                games_dir, n_train_games, games_seed, game_size, progress, first=n_train_games * (it + 1)
+                games_dir, per_type, seed, demos.game_size, progress, first=per_type * (it + 1)
             )
 
-        model, train_stats["dagger"], relabelled = run_dagger(
-            model, tokenizer, kept, dagger_games, work, dagger, fmt=fmt, listing_style=listing_style,
-            mix=demo_mix, sft=common, prior=prior, first_iteration=first, max_decisions=max_decisions,
-        )  # fmt: skip
-        timings["dagger_seconds"] = round(time.perf_counter() - t, 1)
-        with open(stage_dir / (DAGGER_DEMOS + ".tmp"), "w") as f:
-            f.writelines(json.dumps(d.to_dict()) + "\n" for d in relabelled)
-        os.replace(stage_dir / (DAGGER_DEMOS + ".tmp"), stage_dir / DAGGER_DEMOS)
-    phases = [p for p in (train_stats["pretrain"], train_stats["sft"]) if p]
-    phases += [it["sft"] for it in train_stats.get("dagger", [])]
-    train_seconds = sum(p["train_seconds"] for p in phases)
-    train_stats["tokens_per_second"] = (
-        round(sum(p["tokens_per_epoch"] * p["epochs"] for p in phases) / train_seconds, 1)
-        if train_seconds
-        else None
-    )
-
-    return save_init_policy(
-        out_dir, model, tokenizer, work=work, report=report, too_long=too_long, kept=kept,
-        kept_lengths=kept_lengths, settings=settings, train=train_stats, timings=timings, t_all=t_all,
-    )  # fmt: skip
-
-
-def build_init_policy_from_config(
-    config: InitConfig,
-    out_dir: str | Path,
-    *,
-    games_dir: str | Path,
-    seed: int,
-    action_choice: str = "free",
-    **kwargs,
-) -> Path:
-    """`build_init_policy` with the recipe's `InitConfig`, its recipe-wide `seed` and its rollouts' `action_choice`."""
-    return build_init_policy(
-        out_dir, games_dir=games_dir, seed=seed, **{**build_kwargs(config, action_choice), **kwargs}
-    )
+        # DAgger's episodes list the benchmark's own skills, all of them (a retrieval build refuses DAgger)
+        run = DaggerRun(dagger, DemoPrompts(prompts.fmt, prompts.listing_style), demos.mix,
+                        demos.budget.max_decisions, training.sft, seed, progress)  # fmt: skip
+        with timed(timings, "dagger_seconds"):
+            model, train_stats["dagger"], relabelled = run_dagger(
+                model, tokenizer, trained.kept, dagger_games, work, run, prior=prior, first_iteration=first
+            )
+        save_relabelled(stage_dir, relabelled)
+    train_stats["tokens_per_second"] = _tokens_per_second(train_stats)
+    return save_init_policy(out_dir, model, tokenizer, work=work, demos=trained, settings=settings,
+                            train=train_stats, timings=timings, t_all=t_all)  # fmt: skip
 
 
 __all__ = [
     "COMPLETED",
     "MANIFEST",
     "build_init_policy",
-    "build_init_policy_from_config",
-    "build_kwargs",
-    "demo_mix",
-    "init_arch",
     "is_complete",
     "read_manifest",
     "train_games",

@@ -31,12 +31,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import asdict, dataclass
 
-from selskill.agent.listings import DecisionListings
-from selskill.agent.turn_format import render_skill_call
-from selskill.benchmarks.bfcl import load_bfcl_skills
-from selskill.benchmarks.bfcl.env import BfclEnv, BfclTask, function_docs, keyword_ground_truth
 from selskill.benchmarks.bfcl.episode import (
     BfclTurnFormat,
     after_skill,
@@ -48,11 +43,14 @@ from selskill.benchmarks.bfcl.episode import (
     render_calls,
     render_end_turn,
 )
+from selskill.agent.turn_format import render_skill_call
+from selskill.config.init import BfclDemoMix
+from selskill.benchmarks.bfcl.env import BfclEnv, BfclTask, function_docs, keyword_ground_truth
 from selskill.envs.calls import Call, parse_one_call
-from selskill.init.demos import Demo, DemoReport
-from selskill.skills import CallStep, Skill, SkillExecutor, SkillLibrary, render_listing
+from selskill.init.demos import Demo, DemoPrompts, DemoReport, DemoSetup
+from selskill.benchmarks.bfcl import load_bfcl_skills
+from selskill.skills import CallStep, Skill, SkillLibrary
 from selskill.skills.executor import template_fields, value_has_type
-from selskill.skills.retrieval import SkillRetriever
 
 DEMO_FORMAT = BfclTurnFormat(doc_style="brief")
 DEMO_LISTING_STYLE = "compact"
@@ -68,22 +66,7 @@ REFERENCE_SKILL = {
 }
 STRATEGY_SKILL = "multi_turn_strategy"
 MISSING_SKILL = "missing_function_strategy"
-
-
-@dataclass(frozen=True)
-class BfclDemoMix:
-    """Rates at which skill calls are mixed into the ground truth (module docstring)."""
-
-    opening_memory: float = 0.5
-    useful: float = 0.8
-    reference_memory: float = 0.15
-    wrong_executable: float = 0.15
-    missing_function: float = 0.8
-
-    def __post_init__(self):
-        for name, value in asdict(self).items():
-            if not 0.0 <= value <= 1.0:
-                raise ValueError(f"init_bfcl_{name} must be in [0, 1], got {value}")
+BFCL_PROMPTS = DemoPrompts(DEMO_FORMAT, DEMO_LISTING_STYLE)
 
 
 # --- matching executable skills to ground-truth calls ------------------------------------------
@@ -166,15 +149,16 @@ class _Episode:
     """Drives the env and the executor for one demonstration, writing the transcript (and each
     decision's listing, `selskill.agent.listings`) as the host does."""
 
-    def __init__(self, env: BfclEnv, task_id: str, executor, fmt, listing: str, listings: DecisionListings):
-        self.env, self.executor, self.fmt, self.listings = env, executor, fmt, listings
-        self.state = env.reset(task_id)
+    def __init__(self, setup: DemoSetup, task_id: str):
+        self.env, self.executor, self.fmt = setup.env, setup.executor, setup.fmt
+        self.listings = setup.listings
+        self.state = self.env.reset(task_id)
         self.prefix = bfcl_first_prefix(self.state)
-        self.listed = listings.listed(self.prefix)
+        self.listed = self.listings.listed(self.prefix)
         self.messages = opening_messages(
-            fmt, listings.system_listing(self.listed, listing), env.functions, self.state
+            self.fmt, self.listings.system_listing(self.listed, setup.listing), self.env.functions, self.state
         )
-        self.messages[-1] = listings.step_message(self.messages[-1], self.listed)
+        self.messages[-1] = self.listings.step_message(self.messages[-1], self.listed)
         self.calls: list[dict] = []
         self.env_steps = 0
 
@@ -220,23 +204,14 @@ def _wrong_executable(library: SkillLibrary, available: Iterable[str]) -> list[s
 
 
 def play_task(
-    env: BfclEnv,
-    task: BfclTask,
-    task_id: str,
-    library: SkillLibrary,
-    executor: SkillExecutor,
-    fmt: BfclTurnFormat,
-    listing: str,
-    mix: BfclDemoMix,
-    seed: int,
-    substitute: bool = True,
-    listings: DecisionListings | None = None,
+    setup: DemoSetup, task: BfclTask, task_id: str, mix: BfclDemoMix, seed: int, substitute: bool = True
 ) -> tuple[Demo | None, str | None]:
     """One demonstration of `task` (Demo, None), or (None, why it was dropped). A skill the mix
     draws where the decision does not list it is not called; a useful one's calls are made instead."""
+    library = setup.executor.library
     rng = random.Random(f"selskill-bfcl-demo:{seed}:{task.id}")
     owner = {d["name"]: c for c in task.involved_classes for d in function_docs([c])}
-    ep = _Episode(env, task_id, executor, fmt, listing, listings or DecisionListings(library, None))
+    ep = _Episode(setup, task_id)
     references = [REFERENCE_SKILL[c] for c in task.involved_classes if REFERENCE_SKILL.get(c) in library]
     if rng.random() < mix.opening_memory:
         ep.call(rng.choice([STRATEGY_SKILL, *references]), None, "opening")
@@ -283,44 +258,24 @@ def play_task(
 def build_bfcl_demos(
     env: BfclEnv,
     *,
+    prompts: DemoPrompts = BFCL_PROMPTS,
     mix: BfclDemoMix | None = None,
     seed: int = 0,
-    fmt: BfclTurnFormat = DEMO_FORMAT,
-    listing_style: str = DEMO_LISTING_STYLE,
-    library: SkillLibrary | None = None,
-    retriever: SkillRetriever | None = None,
     task_ids: Sequence[str] | None = None,
 ) -> DemoReport:
     """One demonstration per task of `env` (or of `task_ids`); a task lost with skills mixed in is played
-    again without substitutions, and dropped only if that loses too. `library` and `retriever` are the
-    rounds': each decision lists what their episodes will list."""
+    again without substitutions, and dropped only if that loses too. The prompts' library and
+    retriever are the rounds': each decision lists what their episodes will list."""
     mix = mix or BfclDemoMix()
-    library = library or load_bfcl_skills()
-    executor = SkillExecutor(library)
-    listing = render_listing(library, style=listing_style)
-    listings = DecisionListings(library, retriever, listing_style)
+    setup = DemoSetup.of(env, prompts, load_bfcl_skills())
     report = DemoReport(demos=[])
     for task_id in task_ids if task_ids is not None else env.task_ids():
         report.attempted += 1
         task = env.task(task_id)
-        demo, reason = play_task(
-            env, task, task_id, library, executor, fmt, listing, mix, seed, listings=listings
-        )
+        demo, reason = play_task(setup, task, task_id, mix, seed)
         if demo is None:
             report.dropped[f"substituted_{reason}"] += 1
-            demo, reason = play_task(
-                env,
-                task,
-                task_id,
-                library,
-                executor,
-                fmt,
-                listing,
-                mix,
-                seed,
-                substitute=False,
-                listings=listings,
-            )
+            demo, reason = play_task(setup, task, task_id, mix, seed, substitute=False)
         if demo is None:
             report.dropped[reason] += 1
         else:

@@ -20,34 +20,38 @@ Builder = Callable[..., Path]
 def build_alfworld_init(
     recipe: Recipe, out: Path, *, fmt: TurnFormat, train_tasks: Callable[[int], list[str]], library, retriever
 ) -> Path:
-    from selskill.init.alfworld import build_init_policy_from_config
+    from selskill.init.alfworld import build_init_policy
+    from selskill.init.demos import DemoPrompts
 
-    return build_init_policy_from_config(
-        recipe.init,
+    return build_init_policy(
         out,
         games_dir=recipe.settings.games_dir,
         seed=recipe.seed,
-        action_choice=recipe.rollout.action_choice,
-        fmt=fmt,
-        listing_style=recipe.rollout.listing_style,
-        library=library,
-        retriever=retriever,
+        demos=recipe.init.alfworld_demos(),
+        training=recipe.init.training(),
+        dagger=recipe.init.dagger(recipe.rollout.action_choice),
+        prompts=DemoPrompts(fmt, recipe.rollout.listing_style, library, retriever),
     )
 
 
 def build_bfcl_init(
     recipe: Recipe, out: Path, *, fmt: TurnFormat, train_tasks: Callable[[int], list[str]], library, retriever
 ) -> Path:
-    from selskill.init.bfcl import build_bfcl_init_policy_from_config
+    from selskill.init.bfcl import BfclTrainTasks, build_bfcl_init_policy
+    from selskill.init.demos import DemoPrompts
 
-    return build_bfcl_init_policy_from_config(
-        recipe.init,
-        out,
-        run=recipe.run,
-        seed=recipe.seed,
+    run = recipe.run
+    tasks = BfclTrainTasks(
+        categories=run.categories,
+        scenarios=run.bfcl_split("train"),
+        withheld_callable=run.bfcl_withheld_callable,
         task_ids=train_tasks(recipe.init.init_bfcl_tasks),
-        fmt=fmt,
-        listing_style=recipe.rollout.listing_style,
-        library=library,
-        retriever=retriever,
+    )
+    return build_bfcl_init_policy(
+        out,
+        tasks=tasks,
+        seed=recipe.seed,
+        mix=recipe.init.bfcl_demo_mix(),
+        training=recipe.init.training(),
+        prompts=DemoPrompts(fmt, recipe.rollout.listing_style, library, retriever),
     )

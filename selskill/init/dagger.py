@@ -23,8 +23,10 @@ win within a budget of its own from the point (`init_max_decisions` decisions,
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
+import os
 import random
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -32,49 +34,45 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from selskill.agent.transcript import MALFORMED_COMMAND, after_malformed
-from selskill.agent.turn_format import TurnFormat
-from selskill.benchmarks.alfworld import load_alfworld_skills
+from selskill.config.init import DaggerSettings, DemoBudget, DemoMix, SftSchedule
 from selskill.benchmarks.alfworld.env import AlfworldEnv, GameRecord
-from selskill.config.rollout import MAX_DECISIONS
 from selskill.envs.base import EnvError
 from selskill.init.demos import (
     Demo,
     DemoEpisode,
-    DemoMix,
+    DemoPrompts,
+    DemoSetup,
     MixState,
     play_on,
     task_spec,
 )
-from selskill.init.sft import demo_token_lengths, init_device, sft_config, sft_train
-from selskill.skills import SkillExecutor, render_listing
+from selskill.init.sft import fitting, init_device, sft_config, sft_train
+from selskill.benchmarks.alfworld import load_alfworld_skills
 
 DAGGER_DEMOS = "dagger_demos.jsonl"  # the relabelled demonstrations of a DAgger build (all iterations)
+# the policy's episodes: a decision is one short command or call; episodes decode in batches
+ROLLOUT_MAX_NEW_TOKENS = 64
+ROLLOUT_EPISODES = 32
 
 
 @dataclass(frozen=True)
-class DaggerSettings:
-    """DAgger after the SFT (`run_dagger`); `iterations=0` turns it off."""
+class DaggerRun:
+    """One build's DAgger: its settings, and what it keeps of the build's demonstrations (the
+    prompts, the mix, the decision budget) and of its SFT (the schedule, the seed)."""
 
-    iterations: int = 0
-    epochs: float = 2.0
-    lr: float = 1e-3
-    points: int = 2
-    max_env_steps: int = 30
-    temperature: float = 0.0
-    base: str = ""  # an existing init model (same settings, DAgger off) to start from
-    fresh_games: bool = False  # iteration i plays new generated train games, not the SFT's
-    # the rollouts' decoding (the recipe's `action_choice`): DAgger relabels the states the policy
-    # reaches as the rounds will sample it, so it decodes the same way
-    action_choice: str = "free"
+    settings: DaggerSettings
+    prompts: DemoPrompts
+    mix: DemoMix
+    max_decisions: int
+    sft: SftSchedule
+    seed: int
+    progress: bool = False
 
-    def __post_init__(self):
-        if self.iterations < 0 or self.points < 1 or self.epochs <= 0 or self.max_env_steps < 1:
-            raise ValueError(
-                f"DAgger settings out of range: {self} (init_dagger_iters >= 0, init_dagger_points >= 1, "
-                "init_dagger_epochs > 0, init_dagger_env_steps >= 1)"
-            )
-        if self.base and not self.iterations:
-            raise ValueError("init_dagger_from is set but init_dagger_iters is 0: set init_dagger_iters >= 1")
+    @property
+    def budget(self) -> DemoBudget:
+        """The policy's episodes and the expert's continuations: the demonstrations' decisions,
+        DAgger's own commands."""
+        return DemoBudget(max_decisions=self.max_decisions, max_env_steps=self.settings.max_env_steps)
 
 
 def _replay(ep: DemoEpisode, turn: dict) -> None:
@@ -116,17 +114,13 @@ def disagreements(ep: DemoEpisode, turns: Sequence[dict]) -> list[int]:
 
 
 def relabel_rollout(
-    env,
-    executor: SkillExecutor,
-    fmt: TurnFormat,
-    listing: str,
+    setup: DemoSetup,
     record: GameRecord,
     turns: Sequence[dict],
     *,
     rng: random.Random,
     mix: DemoMix,
-    max_env_steps: int,
-    max_decisions: int = MAX_DECISIONS,
+    budget: DemoBudget,
     points: int = 2,
     window: int = 10,
 ) -> tuple[list[Demo], Counter]:
@@ -135,27 +129,26 @@ def relabel_rollout(
     within `window` turns of it (where the policy first goes wrong and what it does next;
     later points would mostly add long roll-ins of the same loop).
 
-    The roll-in turns are `Demo.untrained_turns`; the expert has `max_decisions` decisions and
-    `max_env_steps` commands of its own from the point on (the roll-in already spent the
-    policy's). Returns the demonstrations and the counts of what was dropped.
+    The roll-in turns are `Demo.untrained_turns`; the expert has `budget`'s decisions and
+    commands of its own from the point on (the roll-in already spent the policy's). Returns
+    the demonstrations and the counts of what was dropped.
     """
     spec = task_spec(record)
     dropped: Counter = Counter()
-    probe = DemoEpisode(env, executor, fmt, listing, record, spec, rng, mix, max_env_steps)
-    found = disagreements(probe, turns)
+    found = disagreements(DemoEpisode(setup, record, spec, rng, mix, budget), turns)
     if not found:
         return [], dropped
     later = [i for i in found[1:] if i <= found[0] + window]
     chosen = [found[0], *sorted(rng.sample(later, min(points - 1, len(later))))] if points > 0 else []
     demos = []
     for point in chosen:
-        ep = DemoEpisode(env, executor, fmt, listing, record, spec, rng, mix, max_env_steps)
+        ep = DemoEpisode(setup, record, spec, rng, mix, budget)
         done = MixState()
         for turn in turns[:point]:
             done.note(ep.expert, spec)
             _replay(ep, turn)
-        ep.max_env_steps = ep.env_steps + max_env_steps
-        ep.max_decisions = ep.n_turns + max_decisions
+        ep.max_env_steps = ep.env_steps + budget.max_env_steps
+        ep.max_decisions = ep.n_turns + budget.max_decisions
         demo, reason = play_on(ep, done, untrained=list(range(ep.n_turns)))
         if demo is None:
             dropped[reason] += 1
@@ -168,18 +161,14 @@ def policy_rollouts(
     model_dir: str | Path,
     records: Sequence[GameRecord],
     *,
-    fmt: TurnFormat,
-    listing_style: str,
+    prompts: DemoPrompts,
+    budget: DemoBudget,
+    dagger: DaggerSettings,
     seed: int,
-    max_env_steps: int,
-    max_decisions: int = MAX_DECISIONS,
-    temperature: float = 0.0,
-    max_new_tokens: int = 64,
-    concurrent_episodes: int = 32,
-    action_choice: str = "free",
     progress: bool = False,
 ) -> list[dict]:
-    """One episode of the policy at `model_dir` per game (rows as the episode runner writes them).
+    """One episode of the policy at `model_dir` per game (rows as the episode runner writes them),
+    decoded at `dagger`'s temperature and action choice, every skill of the prompts' library listed.
 
     The episodes run where the init's SFT trains (`init_device`): a GPU build would otherwise
     spend its DAgger iterations decoding on the CPU.
@@ -188,18 +177,20 @@ def policy_rollouts(
     from selskill.policy.hf import HFPolicy
     from selskill.policy.settings import HFSettings
 
-    policy = HFPolicy(str(model_dir), HFSettings(device=init_device(), batch_size=concurrent_episodes))
-    library = load_alfworld_skills()
+    policy = HFPolicy(str(model_dir), HFSettings(device=init_device(), batch_size=ROLLOUT_EPISODES))
+    library = prompts.library or load_alfworld_skills()
     config = RunnerConfig(
-        max_decisions=max_decisions,
-        max_env_steps=max_env_steps,
-        max_new_tokens=max_new_tokens,
-        temperature=temperature,
-        concurrent_episodes=concurrent_episodes,
-        listing_style=listing_style,
-        action_choice=action_choice,
+        max_decisions=budget.max_decisions,
+        max_env_steps=budget.max_env_steps,
+        max_new_tokens=ROLLOUT_MAX_NEW_TOKENS,
+        temperature=dagger.temperature,
+        concurrent_episodes=ROLLOUT_EPISODES,
+        listing_style=prompts.listing_style,
+        action_choice=dagger.action_choice,
     )
-    runner = EpisodeRunner(policy, functools.partial(AlfworldEnv, list(records)), library, fmt, config)
+    runner = EpisodeRunner(
+        policy, functools.partial(AlfworldEnv, list(records)), library, prompts.fmt, config
+    )
     specs = [
         EpisodeSpec(
             f"dagger/{r.task_id}",
@@ -223,45 +214,20 @@ def policy_rollouts(
 
 
 def dagger_demos(
-    model_dir: str | Path,
-    records: Sequence[GameRecord],
-    *,
-    fmt: TurnFormat,
-    listing_style: str,
-    mix: DemoMix,
-    seed: int,
-    iteration: int,
-    max_env_steps: int,
-    max_decisions: int = MAX_DECISIONS,
-    points: int = 2,
-    temperature: float = 0.0,
-    concurrent_episodes: int = 32,
-    action_choice: str = "free",
-    progress: bool = False,
+    model_dir: str | Path, records: Sequence[GameRecord], run: DaggerRun, iteration: int
 ) -> tuple[list[Demo], dict]:
     """Play the policy on `records`, relabel its episodes with the expert; returns demos and stats."""
+    seed, budget = run.seed, run.budget
     rows = policy_rollouts(
-        model_dir,
-        records,
-        fmt=fmt,
-        listing_style=listing_style,
-        seed=seed + iteration,
-        max_env_steps=max_env_steps,
-        max_decisions=max_decisions,
-        temperature=temperature,
-        concurrent_episodes=concurrent_episodes,
-        action_choice=action_choice,
-        progress=progress,
-    )
+        model_dir, records, prompts=run.prompts, budget=budget, dagger=run.settings, seed=seed + iteration,
+        progress=run.progress,
+    )  # fmt: skip
     by_id = {r.task_id: r for r in records}
-    library = load_alfworld_skills()
-    executor = SkillExecutor(library)
-    listing = render_listing(library, style=listing_style)
-    env = AlfworldEnv(list(records))
+    setup = DemoSetup.of(AlfworldEnv(list(records)), run.prompts, load_alfworld_skills())
     demos: list[Demo] = []
     dropped: Counter = Counter()
     iterator = rows
-    if progress:
+    if run.progress:
         from tqdm.auto import tqdm
 
         iterator = tqdm(rows, desc="dagger relabel", unit="episode")
@@ -269,8 +235,8 @@ def dagger_demos(
         rng = random.Random(f"selskill-dagger:{seed}:{iteration}:{row['task_id']}")
         try:
             new, lost = relabel_rollout(
-                env, executor, fmt, listing, by_id[row["task_id"]], row["turns"],
-                rng=rng, mix=mix, max_env_steps=max_env_steps, max_decisions=max_decisions, points=points,
+                setup, by_id[row["task_id"]], row["turns"], rng=rng, mix=run.mix, budget=budget,
+                points=run.settings.points,
             )  # fmt: skip
         except (EnvError, OSError, ValueError, KeyError) as exc:
             new, lost = [], Counter({f"error:{type(exc).__name__}": 1})
@@ -294,47 +260,37 @@ def run_dagger(
     base_demos: list[Demo],
     games: Callable[[int], Sequence[GameRecord]],
     work: str | Path,
-    settings: DaggerSettings,
+    run: DaggerRun,
     *,
-    fmt: TurnFormat,
-    listing_style: str,
-    mix: DemoMix,
-    sft: dict,
     prior: Sequence[Demo] = (),
     first_iteration: int = 0,
-    max_decisions: int = MAX_DECISIONS,
 ):
-    """`settings.iterations` rounds of: play the current model on `games(iteration)`, relabel, SFT
-    (assistant tokens) on the base demonstrations plus every relabelled one so far (`prior`:
-    those of earlier iterations, when continuing a DAgger build). `sft` holds the init's
-    `sft_config` arguments (its seed, batch size, max_length, ...); DAgger's own epochs and lr
-    replace the init's. `max_decisions` is the demonstrations' decision budget: the policy's
-    episodes play under it and the expert's continuations get as many decisions of their own.
-    Returns (model, stats per iteration, all relabelled demonstrations)."""
+    """`run.settings.iterations` rounds of: play the current model on `games(iteration)`, relabel,
+    SFT (assistant tokens) on the base demonstrations plus every relabelled one so far (`prior`:
+    those of earlier iterations, when continuing a DAgger build). The SFT is the build's
+    schedule with DAgger's own epochs and lr. Returns (model, stats per iteration, all
+    relabelled demonstrations)."""
 
     work = Path(work)
     aggregate: list[Demo] = list(prior)
     stats = []
-    seed, progress = sft["seed"], sft.get("progress", True)
+    settings = run.settings
+    sft = dataclasses.replace(run.sft, lr=settings.lr)
     for it in range(first_iteration, first_iteration + settings.iterations):
         snapshot = work / f"dagger{it}" / "model"
         model.save_pretrained(snapshot)
         tokenizer.save_pretrained(snapshot)
-        records = games(it)
-        new, st = dagger_demos(
-            snapshot, records, fmt=fmt, listing_style=listing_style, mix=mix, seed=seed, iteration=it,
-            max_env_steps=settings.max_env_steps, max_decisions=max_decisions, points=settings.points,
-            temperature=settings.temperature, action_choice=settings.action_choice, progress=progress,
-        )  # fmt: skip
-        lengths = demo_token_lengths(tokenizer, new)
-        kept = [d for d, n in zip(new, lengths, strict=True) if n <= sft["max_length"]]
+        new, st = dagger_demos(snapshot, games(it), run, it)
+        kept, _ = fitting(tokenizer, new, sft.max_length)
         st["too_long"] = len(new) - len(kept)
         aggregate.extend(kept)
         st["aggregate_demos"] = len(base_demos) + len(aggregate)
         args = sft_config(
             work / f"dagger{it}" / "sft",
-            **{**sft, "seed": seed + it, "lr": settings.lr},
+            sft,
             epochs=settings.epochs,
+            seed=run.seed + it,
+            progress=run.progress,
         )
         trainer, st["sft"] = sft_train(model, tokenizer, base_demos + aggregate, args)
         model = trainer.model
@@ -342,4 +298,33 @@ def run_dagger(
     return model, stats, aggregate
 
 
-__all__ = ["dagger_demos", "disagreements", "policy_rollouts", "relabel_rollout", "run_dagger"]
+def continued_from(dagger: DaggerSettings, base_manifest: dict) -> tuple[list[Demo], int]:
+    """What a DAgger build started from `dagger.base` continues: the base's relabelled demonstrations
+    (they stay in the aggregate) and the iteration after its last (the base may itself continue a
+    build; numbering on keeps fresh games and episode seeds new). Nothing and 0 without a base."""
+    if not dagger.base:
+        return [], 0
+    path = Path(dagger.base).parent / DAGGER_DEMOS
+    prior = [Demo(**json.loads(line)) for line in path.read_text().splitlines()] if path.is_file() else []
+    base_iterations = (base_manifest.get("train") or {}).get("dagger") or []
+    return prior, max((it["iteration"] for it in base_iterations), default=-1) + 1
+
+
+def save_relabelled(stage_dir: Path, demos: Sequence[Demo]) -> None:
+    """Every relabelled demonstration of the build, beside its manifest (what a continuation reads)."""
+    tmp = stage_dir / (DAGGER_DEMOS + ".tmp")
+    tmp.write_text("".join(json.dumps(d.to_dict()) + "\n" for d in demos))
+    os.replace(tmp, stage_dir / DAGGER_DEMOS)
+
+
+__all__ = [
+    "DaggerRun",
+    "DaggerSettings",
+    "continued_from",
+    "dagger_demos",
+    "disagreements",
+    "policy_rollouts",
+    "relabel_rollout",
+    "run_dagger",
+    "save_relabelled",
+]

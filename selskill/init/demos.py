@@ -57,17 +57,16 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from selskill.benchmarks.alfworld.turn_format import AlfworldTurnFormat
 from selskill.agent.listings import DecisionListings, first_prefix, prefix_after_action, prefix_after_skill
 from selskill.agent.parser import parse_turn
 from selskill.agent.transcript import after_action, after_skill, opening_messages
 from selskill.agent.turn_format import TurnFormat, render_action, render_skill_call
-from selskill.benchmarks.alfworld import load_alfworld_skills
+from selskill.config.init import DemoBudget, DemoMix
 from selskill.benchmarks.alfworld.env import AlfworldEnv, GameIndex, GameRecord, find_games
-from selskill.benchmarks.alfworld.expert import DEFAULT_MAX_ENV_STEPS, Expert, TaskSpec, task_spec, type_of
-from selskill.benchmarks.alfworld.turn_format import AlfworldTurnFormat
-from selskill.config.names import SEARCH_ORDERS
-from selskill.config.rollout import MAX_DECISIONS
-from selskill.envs.base import EnvError
+from selskill.envs.base import Env, EnvError
+from selskill.benchmarks.alfworld.expert import Expert, TaskSpec, task_spec, type_of
+from selskill.benchmarks.alfworld import load_alfworld_skills
 from selskill.skills import SkillCallRecord, SkillExecutor, SkillLibrary, render_listing
 from selskill.skills.retrieval import SkillRetriever
 
@@ -85,43 +84,6 @@ PLACE_ONLY = ("pick_and_place_simple", "pick_two_obj_and_place")
 WRONG_EXECUTABLE = ("heat_object", "cool_object", "clean_object")
 RANDOM_MEMORY = ("systematic_search", "common_mistakes", "recovery_strategy", "pick_and_place")
 AFTER_FAILURE_MEMORY = ("recovery_strategy", "common_mistakes")
-
-
-@dataclass(frozen=True)
-class DemoMix:
-    """Rates at which skill calls are mixed into the expert's play (module docstring)."""
-
-    opening_memory: float = 0.6
-    premature_start: float = 0.6
-    premature_seen: float = 0.3
-    repeat_failed: float = 0.15
-    after_failure_memory: float = 0.3
-    useful: float = 0.8
-    place_memory: float = 0.15
-    wrong_executable: float = 0.15
-    second_memory: float = 0.6
-    random_memory: float = 0.03
-    mistake: float = 0.1
-    # at a searched receptacle that does not hold the task's object, first try to take it from
-    # there (an untrained wrong move; "Nothing happens.", then the expert moves on, trained):
-    # greedy small policies hallucinate that take and repeat it to the step limit. 0 draws
-    # nothing, so builds without it keep their demonstrations.
-    false_take: float = 0.0
-    # how the expert orders receptacles when it searches (`search_order`): "prior" visits the
-    # places where the object usually is first; "sweep" visits every receptacle in name order
-    search: str = "prior"
-
-    def __post_init__(self):
-        if self.search not in SEARCH_ORDERS:
-            raise ValueError(f"DemoMix.search must be one of {', '.join(SEARCH_ORDERS)}, got {self.search!r}")
-        for name, value in asdict(self).items():
-            if name != "search" and not 0.0 <= value <= 1.0:
-                raise ValueError(f"DemoMix.{name} must be in [0, 1], got {value}")
-
-    @classmethod
-    def none(cls) -> DemoMix:
-        """The bare expert: no skill calls at all."""
-        return cls(**{k: 0.0 for k in asdict(cls()) if k != "search"})
 
 
 @dataclass
@@ -163,30 +125,70 @@ class DemoReport:
         return demo_stats(self.demos, attempted=self.attempted, dropped=self.dropped)
 
 
+# --- where demonstrations are played ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DemoPrompts:
+    """How the rounds will prompt the policy a build trains: the turn format, the listing style,
+    and the library (None: the benchmark's own skills) and retriever that each decision lists
+    skills from. Demonstrations are written in exactly these prompts."""
+
+    fmt: TurnFormat
+    listing_style: str
+    library: SkillLibrary | None = None
+    retriever: SkillRetriever | None = None
+
+    def listings(self, own: SkillLibrary) -> DecisionListings:
+        """The listing rules over `library`, or `own` where the prompts name none."""
+        return DecisionListings(self.library or own, self.retriever, self.listing_style)
+
+
+@dataclass(frozen=True)
+class DemoSetup:
+    """What every demonstration of a build plays on: one environment, the skill executor, and the
+    prompts as `DemoPrompts` resolves them (`listing`: the full library's listing text)."""
+
+    env: Env
+    executor: SkillExecutor
+    fmt: TurnFormat
+    listing: str
+    listings: DecisionListings
+
+    @classmethod
+    def of(cls, env, prompts: DemoPrompts, own: SkillLibrary) -> DemoSetup:
+        listings = prompts.listings(own)
+        library = listings.library
+        listing = render_listing(library, style=prompts.listing_style)
+        return cls(env, SkillExecutor(library), prompts.fmt, listing, listings)
+
+
+ALFWORLD_PROMPTS = DemoPrompts(DEMO_FORMAT, DEMO_LISTING_STYLE)
+
+
 # --- one demonstration ----------------------------------------------------------------------
 
 
 class DemoEpisode:
     """Drives env + executor for one demo and writes the transcript as the runner would.
 
-    `listings` (default: every skill, always) says what each decision is shown, as the episode
-    host shows it; a call the mix draws for a skill that decision does not list is not made
-    (`call` returns None), since the parser would reject it in a rollout. The episode ends as
-    the runner ends one: after `max_decisions` assistant turns or `max_env_steps` commands.
+    The setup's `listings` say what each decision is shown, as the episode host shows it; a
+    call the mix draws for a skill that decision does not list is not made (`call` returns
+    None), since the parser would reject it in a rollout. The episode ends as the runner ends
+    one: after `budget.max_decisions` assistant turns or `budget.max_env_steps` commands.
     """
 
-    def __init__(
-        self, env, executor, fmt, listing, record, spec, rng, mix, max_env_steps, listings=None,
-        max_decisions=MAX_DECISIONS,
-    ):  # fmt: skip
-        self.env, self.executor, self.fmt = env, executor, fmt
+    def __init__(self, setup: DemoSetup, record, spec, rng, mix: DemoMix, budget: DemoBudget):
+        self.env, self.executor, self.fmt = setup.env, setup.executor, setup.fmt
         self.record, self.spec, self.rng, self.mix = record, spec, rng, mix
-        self.max_env_steps, self.max_decisions = max_env_steps, max_decisions
-        self.listings: DecisionListings = listings or DecisionListings(executor.library, None)
-        self.state = env.reset(record.task_id)
+        self.max_env_steps, self.max_decisions = budget.max_env_steps, budget.max_decisions
+        self.listings: DecisionListings = setup.listings
+        self.state = self.env.reset(record.task_id)
         self.prefix = first_prefix(self.state)
         self.listed = self.listings.listed(self.prefix)
-        self.messages = opening_messages(fmt, self.listings.system_listing(self.listed, listing), self.state)
+        self.messages = opening_messages(
+            self.fmt, self.listings.system_listing(self.listed, setup.listing), self.state
+        )
         self.messages[-1] = self.listings.step_message(self.messages[-1], self.listed)
         self.expert = Expert(spec, self.state, search=mix.search)
         self.env_steps = 0
@@ -292,23 +294,9 @@ class MixState:
         self.second_done |= spec.n_objects == 2 and len(ex.placed) == 1 and not ex.holding
 
 
-def _play(
-    env,
-    executor,
-    fmt,
-    listing,
-    record: GameRecord,
-    spec: TaskSpec,
-    rng,
-    mix: DemoMix,
-    max_env_steps,
-    listings=None,
-    max_decisions=MAX_DECISIONS,
-):
-    """Returns (Demo, None) or (None, drop reason)."""
-    ep = DemoEpisode(
-        env, executor, fmt, listing, record, spec, rng, mix, max_env_steps, listings, max_decisions
-    )
+def _play(ep: DemoEpisode):
+    """`ep` from its start, the opening's calls first. Returns (Demo, None) or (None, drop reason)."""
+    spec, mix = ep.spec, ep.mix
     task_skill = TASK_SKILL.get(spec.task_type)
     if ep.chance(mix.opening_memory):
         ep.call(
@@ -401,32 +389,25 @@ def play_on(ep: DemoEpisode, done: MixState, untrained: list[int]):
 def build_demos(
     games: GameIndex | Sequence[GameRecord] | str | Path,
     *,
+    prompts: DemoPrompts = ALFWORLD_PROMPTS,
     mix: DemoMix | None = None,
+    budget: DemoBudget | None = None,
     seed: int = 0,
     split: str = "train",
-    fmt: TurnFormat = DEMO_FORMAT,
-    listing_style: str = DEMO_LISTING_STYLE,
-    library: SkillLibrary | None = None,
-    retriever: SkillRetriever | None = None,
-    max_env_steps: int = DEFAULT_MAX_ENV_STEPS,
-    max_decisions: int = MAX_DECISIONS,
     progress: bool = False,
 ) -> DemoReport:
     """Play every game once (expert + mixed skill calls); keep the won episodes.
 
-    `library` is what the episodes may call and `retriever` (over it) what each decision
-    lists, as the rounds' episode host will (`selskill.agent.listings`): an init meant for
-    retrieval rounds is trained on their prompts.
+    The prompts' library is what the episodes may call and their retriever (over it) what each
+    decision lists, as the rounds' episode host will (`selskill.agent.listings`): an init meant
+    for retrieval rounds is trained on their prompts.
     """
     mix = mix or DemoMix()
+    budget = budget or DemoBudget()
     if isinstance(games, (str, Path)):
         games = find_games(games, split)
     records = list(games.games if isinstance(games, GameIndex) else games)
-    library = library or load_alfworld_skills()
-    executor = SkillExecutor(library)
-    listing = render_listing(library, style=listing_style)
-    listings = DecisionListings(library, retriever, listing_style)
-    env = AlfworldEnv(records)
+    setup = DemoSetup.of(AlfworldEnv(records), prompts, load_alfworld_skills())
     report = DemoReport(demos=[])
     iterator: Iterable[GameRecord] = records
     if progress:
@@ -437,10 +418,7 @@ def build_demos(
         report.attempted += 1
         rng = random.Random(f"selskill-demo:{seed}:{record.task_id}")
         try:
-            spec = task_spec(record)
-            demo, reason = _play(
-                env, executor, fmt, listing, record, spec, rng, mix, max_env_steps, listings, max_decisions
-            )
+            demo, reason = _play(DemoEpisode(setup, record, task_spec(record), rng, mix, budget))
         except (EnvError, OSError, ValueError, KeyError) as exc:
             demo, reason = None, f"error:{type(exc).__name__}"
         if demo is None:

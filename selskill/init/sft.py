@@ -20,11 +20,16 @@ import os
 import shutil
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from selskill.agent.listings import DecisionListings
+from selskill.config.init import InitTraining, SftSchedule
 from selskill.data.inputs import changed_settings
-from selskill.init.demos import Demo
+from selskill.init.demos import Demo, DemoPrompts, DemoReport
+from selskill.policy.bootstrap import build_model
 from selskill.skills import SkillLibrary
 
 COMPLETED = "COMPLETED"
@@ -80,19 +85,14 @@ def init_device() -> str:
 
 def sft_config(
     output_dir: str | Path,
+    schedule: SftSchedule,
     *,
-    seed: int,
     epochs: float,
-    lr: float,
-    batch_size: int,
-    max_length: int,
-    warmup_ratio: float = 0.05,
-    logging_steps: int = 10,
-    report_to: str | list[str] = "none",
+    seed: int,
     progress: bool = True,
     use_cpu: bool | None = None,
 ):
-    """TRL SFT arguments for the CPU-friendly init training.
+    """TRL SFT arguments of one phase (`epochs` of `schedule`) for the CPU-friendly init training.
 
     Which tokens carry the loss is decided by `sft_dataset`'s `assistant_masks` column (TRL
     builds the labels from it), so TRL's own `assistant_only_loss` stays off.
@@ -104,13 +104,13 @@ def sft_config(
     return SFTConfig(
         output_dir=str(output_dir),
         num_train_epochs=epochs,
-        learning_rate=lr,
+        learning_rate=schedule.lr,
         lr_scheduler_type="cosine",
-        warmup_steps=warmup_ratio,
+        warmup_steps=schedule.warmup_ratio,
         weight_decay=0.0,
-        per_device_train_batch_size=batch_size,
+        per_device_train_batch_size=schedule.batch_size,
         gradient_accumulation_steps=1,
-        max_length=max_length,
+        max_length=schedule.max_length,
         assistant_only_loss=False,
         packing=False,
         # similar lengths in one batch: less padding, which is pure waste on a CPU
@@ -121,9 +121,9 @@ def sft_config(
         use_cpu=use_cpu,
         seed=seed,
         data_seed=seed,
-        logging_steps=logging_steps,
+        logging_steps=schedule.logging_steps,
         save_strategy="no",
-        report_to=report_to,
+        report_to="none",
         disable_tqdm=not progress,
         dataloader_num_workers=0,
     )
@@ -162,6 +162,27 @@ def sft_train(
     return trainer, stats
 
 
+def train_init_model(
+    tokenizer, demos: list[Demo], training: InitTraining, work: Path, *, seed: int, progress: bool,
+    drop_system: bool,
+) -> tuple[object, dict]:  # fmt: skip
+    """A fresh model of `training.arch`, SFT'd in the schedule's two phases: `pretrain_epochs` with
+    every token in the loss (`drop_system`: without the system prompt), then `epochs` on the
+    assistant tokens. Returns the model and each phase's stats (None for a skipped phase 1)."""
+    sft = training.sft
+    model = build_model(tokenizer, training.arch, seed=seed)
+    stats: dict = {"pretrain": None, "sft": None}
+    if sft.pretrain_epochs > 0:
+        args = sft_config(work / "pretrain", sft, epochs=sft.pretrain_epochs, seed=seed, progress=progress)
+        trainer, stats["pretrain"] = sft_train(
+            model, tokenizer, demos, args, drop_system=drop_system, assistant_only=False
+        )
+        model = trainer.model
+    args = sft_config(work / "sft", sft, epochs=sft.epochs, seed=seed, progress=progress)
+    trainer, stats["sft"] = sft_train(model, tokenizer, demos, args)
+    return trainer.model, stats
+
+
 # --- the build's contract ------------------------------------------------------------------
 
 
@@ -177,10 +198,19 @@ def settings_record(**kwargs) -> dict:
     return json.loads(json.dumps(out, sort_keys=True))
 
 
-def build_listings(settings: dict, own: SkillLibrary, library, retriever, style: str) -> DecisionListings:
-    """The build's listing rules (`library`, default `own`, and `retriever`), recorded in `settings`
-    where they are not `own` all listed: builds without retrieval keep their settings and stay reusable."""
-    listings = DecisionListings(library or own, retriever, style)
+def training_record(training: InitTraining) -> dict:
+    """The manifest keys of `training` (top-level beside the build's others): the vocabulary, the
+    model shape and the SFT schedule but its logging interval, which changes no weight."""
+    sft = dataclasses.asdict(training.sft)
+    del sft["logging_steps"]
+    return {"vocab_size": training.vocab_size, "arch": training.arch, **sft}
+
+
+def build_listings(settings: dict, own: SkillLibrary, prompts: DemoPrompts) -> DecisionListings:
+    """The build's listing rules (the prompts' library, default `own`, and retriever), recorded in
+    `settings` where they are not `own` all listed: builds without retrieval keep their settings and
+    stay reusable."""
+    listings = prompts.listings(own)
     if listings.mode != "all" or len(listings.library) != len(own):
         ret = listings.retriever
         settings["retrieval"] = settings_record(
@@ -191,6 +221,14 @@ def build_listings(settings: dict, own: SkillLibrary, library, retriever, style:
             }
         )["r"]
     return listings
+
+
+@contextmanager
+def timed(timings: dict, key: str) -> Iterator[None]:
+    """Record the block's wall time in `timings[key]` (seconds, one decimal): the manifest's timings."""
+    start = time.perf_counter()
+    yield
+    timings[key] = round(time.perf_counter() - start, 1)
 
 
 def read_manifest(out_dir: str | Path) -> dict | None:
@@ -223,9 +261,34 @@ def reuse_or_start(out_dir: Path, stage_dir: Path, settings: dict, redo: bool) -
     return False
 
 
+@dataclass
+class TrainedDemos:
+    """The demonstrations a build trains on: `report`'s, but those longer than the SFT's
+    `max_length` tokens (dropped, not truncated: a truncated demo teaches an unfinished episode)."""
+
+    report: DemoReport
+    kept: list[Demo]
+    lengths: list[int]  # token lengths of `kept`
+
+    @classmethod
+    def of(cls, report: DemoReport, tokenizer, max_length: int) -> TrainedDemos:
+        return cls(report, *fitting(tokenizer, report.demos, max_length))
+
+    @property
+    def too_long(self) -> int:
+        return len(self.report.demos) - len(self.kept)
+
+
+def fitting(tokenizer, demos: list[Demo], max_length: int) -> tuple[list[Demo], list[int]]:
+    """The demonstrations at most `max_length` tokens long, and their lengths."""
+    lengths = demo_token_lengths(tokenizer, demos)
+    kept = [(d, n) for d, n in zip(demos, lengths, strict=True) if n <= max_length]
+    return [d for d, _ in kept], [n for _, n in kept]
+
+
 def save_init_policy(
-    out_dir: Path, model, tokenizer, *, work: Path, report, too_long: int, kept, kept_lengths,
-    settings: dict, train: dict, timings: dict, t_all: float,
+    out_dir: Path, model, tokenizer, *, work: Path, demos: TrainedDemos, settings: dict, train: dict,
+    timings: dict, t_all: float,
 ) -> Path:  # fmt: skip
     """Model (tmp + rename), then the manifest, then COMPLETED: a crash leaves the init incomplete."""
     stage_dir = out_dir.parent
@@ -238,8 +301,9 @@ def save_init_policy(
     shutil.rmtree(work, ignore_errors=True)
     timings["total_seconds"] = round(time.perf_counter() - t_all, 1)
 
-    stats = report.stats()
-    stats["dropped"]["too_long"] = too_long
+    stats = demos.report.stats()
+    stats["dropped"]["too_long"] = demos.too_long
+    lengths = demos.lengths
     manifest = {
         "settings": settings,
         "model_dir": str(out_dir),
@@ -247,15 +311,15 @@ def save_init_policy(
         "vocab": len(tokenizer),
         "demos": stats,
         "demo_tokens": {
-            "mean": round(sum(kept_lengths) / max(1, len(kept_lengths)), 1),
-            "max": max(kept_lengths, default=0),
-            "min": min(kept_lengths, default=0),
-            "total": sum(kept_lengths),
+            "mean": round(sum(lengths) / max(1, len(lengths)), 1),
+            "max": max(lengths, default=0),
+            "min": min(lengths, default=0),
+            "total": sum(lengths),
         },
         "train": train,
         "timings": timings,
-        "task_ids": [d.task_id for d in kept],
-        "demo_task_types": dict(Counter(d.task_type for d in kept)),
+        "task_ids": [d.task_id for d in demos.kept],
+        "demo_task_types": dict(Counter(d.task_type for d in demos.kept)),
     }
     (stage_dir / (MANIFEST + ".tmp")).write_text(json.dumps(manifest, indent=1) + "\n")
     os.replace(stage_dir / (MANIFEST + ".tmp"), stage_dir / MANIFEST)

@@ -5,12 +5,15 @@ trained on the environment's own text, wrapped as a `PreTrainedTokenizerFast` wi
 ChatML template whose `{% generation %}` markers let TRL train on assistant tokens only,
 and a `Qwen3ForCausalLM` built from a config. Both round-trip through
 `save_pretrained`/`from_pretrained`, so every later stage loads them like any hub model.
+Their sizes are the init section's settings (`TinyArch`, `InitTraining` in `selskill.config.init`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
-from dataclasses import dataclass
+
+from selskill.config.init import InitTraining, TinyArch
 
 PAD_TOKEN = "<|endoftext|>"
 IM_START = "<|im_start|>"
@@ -35,21 +38,7 @@ CHAT_TEMPLATE = (
 )
 
 
-@dataclass(frozen=True)
-class TinyArch:
-    """Architecture of the offline policy; defaults are ~3-5M parameters, fast on 2 CPU cores."""
-
-    hidden_size: int = 256
-    intermediate_size: int = 768
-    num_hidden_layers: int = 4
-    num_attention_heads: int = 4
-    num_key_value_heads: int = 2
-    head_dim: int = 64
-    max_position_embeddings: int = 8192
-    rope_theta: float = 10000.0
-
-
-def train_tokenizer(texts: Iterable[str], vocab_size: int = 2048):
+def train_tokenizer(texts: Iterable[str], vocab_size: int = InitTraining.vocab_size):
     """Byte-level BPE over `texts` (no unknown tokens, any text encodes)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
@@ -87,14 +76,7 @@ def build_model(tokenizer, arch: TinyArch | None = None, seed: int = 0):
     arch = arch or TinyArch()
     config = Qwen3Config(
         vocab_size=len(tokenizer),
-        hidden_size=arch.hidden_size,
-        intermediate_size=arch.intermediate_size,
-        num_hidden_layers=arch.num_hidden_layers,
-        num_attention_heads=arch.num_attention_heads,
-        num_key_value_heads=arch.num_key_value_heads,
-        head_dim=arch.head_dim,
-        max_position_embeddings=arch.max_position_embeddings,
-        rope_theta=arch.rope_theta,
+        **dataclasses.asdict(arch),  # TinyArch's fields are Qwen3Config's names
         tie_word_embeddings=True,
         pad_token_id=tokenizer.pad_token_id,
         eos_token_id=tokenizer.convert_tokens_to_ids(IM_END),

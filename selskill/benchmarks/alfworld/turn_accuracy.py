@@ -67,7 +67,7 @@ def init_turn_accuracy(model_dir: str, heldout: str, games: int = 30) -> dict:
     from selskill.benchmarks.alfworld.env import find_games
     from selskill.benchmarks.alfworld.turn_format import AlfworldTurnFormat
     from selskill.init.alfworld import train_games
-    from selskill.init.demos import DemoMix, build_demos
+    from selskill.init.demos import DemoBudget, DemoMix, DemoPrompts, build_demos
     from selskill.init.sft import read_manifest
 
     manifest = read_manifest(model_dir)
@@ -79,11 +79,9 @@ def init_turn_accuracy(model_dir: str, heldout: str, games: int = 30) -> dict:
     kwargs = {
         "mix": DemoMix(**s["demo_mix"]),
         "seed": s["seed"],
-        "fmt": AlfworldTurnFormat(**s["fmt"]),
-        "listing_style": s["listing_style"],
-        "max_env_steps": s["max_env_steps"],
+        "prompts": DemoPrompts(AlfworldTurnFormat(**s["fmt"]), s["listing_style"]),
         # a manifest without a decision budget cut its demonstrations at twice the command budget
-        "max_decisions": s.get("max_decisions", 2 * s["max_env_steps"]),
+        "budget": DemoBudget(s.get("max_decisions", 2 * s["max_env_steps"]), s["max_env_steps"]),
     }
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
