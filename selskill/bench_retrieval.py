@@ -149,7 +149,7 @@ def bfcl_episodes(
 
 def bench_demo_mix():
     """The expert calling its skills where they help, with the demonstrations' wrong moves."""
-    from selskill.init.demos import DemoMix
+    from selskill.benchmarks.alfworld.demos import DemoMix
 
     return DemoMix(
         opening_memory=1.0,
@@ -166,7 +166,7 @@ def bench_demo_mix():
 
 
 def _traced_episode_class():
-    from selskill.init.demos import DemoEpisode
+    from selskill.benchmarks.alfworld.demos import DemoEpisode
 
     class TracedEpisode(DemoEpisode):
         """A demonstration that also records, at each decision, the prefix retrieval sees there."""
@@ -198,9 +198,10 @@ def alfworld_episodes(
     """
     import random
 
-    from selskill.benchmarks.alfworld.env import AlfworldEnv, find_games
-    from selskill.init.demos import ALFWORLD_PROMPTS, DemoBudget, DemoSetup, MixState, play_on, task_spec
     from selskill.benchmarks.alfworld import load_alfworld_skills
+    from selskill.benchmarks.alfworld.demos import ALFWORLD_PROMPTS, DemoBudget, MixState, play_on, task_spec
+    from selskill.benchmarks.alfworld.env import AlfworldEnv, find_games
+    from selskill.init.demos import DemoSetup
 
     if games_dir is None:
         from selskill.benchmarks.alfworld.generate import generate_games

@@ -172,7 +172,7 @@ def test_expert_reads_both_arrival_texts():
 @pytest.mark.slow
 @needs_sample
 def test_expert_wins_95_percent_of_the_sample():
-    from selskill.init.demos import DemoBudget, DemoMix, build_demos
+    from selskill.benchmarks.alfworld.demos import DemoBudget, DemoMix, build_demos
 
     report = build_demos(
         find_games(SAMPLE, "train"), mix=DemoMix.none(), seed=0, budget=DemoBudget(max_env_steps=50)

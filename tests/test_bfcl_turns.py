@@ -350,7 +350,7 @@ def test_the_appendix_d_eval_modes_apply_to_the_bfcl_format():
 def test_bfcl_demonstrations_are_the_transcripts_the_runner_writes_for_their_turns(env, tokenizer, mode):
     """Each demo's assistant turns, played by the runner with the same listing, give the demo back."""
     from selskill.agent.listings import STEP_SKILLS_HEADING
-    from selskill.init.bfcl_demos import DEMO_FORMAT, DEMO_LISTING_STYLE, build_bfcl_demos
+    from selskill.benchmarks.bfcl.demos import DEMO_FORMAT, DEMO_LISTING_STYLE, build_bfcl_demos
     from selskill.init.demos import DemoPrompts
     from selskill.skills.distractors import library_of_size
     from selskill.skills.retrieval import RetrievalConfig, SkillRetriever
@@ -384,7 +384,7 @@ def test_demonstrations_write_keyword_arguments_only(env):
     import ast
 
     from selskill.agent.turn_format import ACTION_CLOSE, ACTION_OPEN
-    from selskill.init.bfcl_demos import build_bfcl_demos
+    from selskill.benchmarks.bfcl.demos import build_bfcl_demos
 
     ids = ["train/multi_turn_base_0", "train/multi_turn_miss_func_0"]
     report = build_bfcl_demos(env, seed=0, task_ids=ids)

@@ -12,15 +12,16 @@ from test_runner import FMT, ScriptedPolicy, _runner
 from selskill.agent.parser import parse_turn
 from selskill.agent.runner import EpisodeSpec
 from selskill.agent.turn_format import render_action, render_skill_call
+from selskill.benchmarks.alfworld import load_alfworld_skills
+from selskill.benchmarks.alfworld.dagger import DAGGER_DEMOS, DaggerSettings, disagreements, relabel_rollout
+from selskill.benchmarks.alfworld.demos import DemoBudget, DemoEpisode, DemoMix
 from selskill.benchmarks.alfworld.env import AlfworldEnv, find_games
 from selskill.benchmarks.alfworld.expert import task_spec
-from selskill.init.alfworld import build_init_policy
-from selskill.init.dagger import DAGGER_DEMOS, DaggerSettings, disagreements, relabel_rollout
-from selskill.init.demos import DemoBudget, DemoEpisode, DemoMix, DemoPrompts, DemoSetup
+from selskill.benchmarks.alfworld.init_policy import build_init_policy
+from selskill.init.demos import DemoPrompts, DemoSetup
 from selskill.init.sft import MANIFEST
 from selskill.policy.hf import HFPolicy
 from selskill.policy.settings import HFSettings
-from selskill.benchmarks.alfworld import load_alfworld_skills
 
 
 @pytest.fixture(scope="module")
@@ -174,8 +175,8 @@ def test_dagger_rollouts_decode_as_the_recipe_does(tiny_model_dir, monkeypatch):
     """DAgger relabels the states the policy reaches, so its rollouts follow the recipe's
     `action_choice` (a build for `action_choice: admissible` must not relabel free-decoding states)."""
     from selskill.agent import runner as runner_mod
+    from selskill.benchmarks.alfworld.dagger import policy_rollouts
     from selskill.config import load_recipe
-    from selskill.init.dagger import policy_rollouts
 
     seen = []
     original = runner_mod.EpisodeRunner.__init__

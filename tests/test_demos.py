@@ -9,10 +9,7 @@ from selskill.agent.transcript import after_action, after_skill, opening_message
 from selskill.agent.turn_format import render_action, render_skill_call
 from selskill.benchmarks.alfworld import generate as alfworld_gen
 from selskill.benchmarks.alfworld import load_alfworld_skills
-from selskill.benchmarks.alfworld.env import AlfworldEnv, find_games
-from selskill.benchmarks.alfworld.expert import search_order
-from selskill.envs.base import natural_key
-from selskill.init.demos import (
+from selskill.benchmarks.alfworld.demos import (
     DEMO_FORMAT,
     DEMO_LISTING_STYLE,
     TASK_SKILL,
@@ -22,6 +19,9 @@ from selskill.init.demos import (
     make_demos,
     tokenizer_corpus,
 )
+from selskill.benchmarks.alfworld.env import AlfworldEnv, find_games
+from selskill.benchmarks.alfworld.expert import search_order
+from selskill.envs.base import natural_key
 from selskill.skills import SkillExecutor, render_listing
 
 # every decision point fires (a random memory call on every turn would never end: off)

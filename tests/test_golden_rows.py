@@ -84,7 +84,7 @@ def _overfit_policy(model_dir: Path, games: Path, out: Path) -> Path:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from selskill.init.demos import make_demos
+    from selskill.benchmarks.alfworld.demos import make_demos
 
     demo = min((d for d in make_demos(games, seed=0) if d.n_skill_calls), key=lambda d: len(d.messages))
     tok = AutoTokenizer.from_pretrained(model_dir)

@@ -5,18 +5,19 @@ import json
 
 import pytest
 
-from selskill.benchmarks.alfworld.turn_format import AlfworldTurnFormat
 from selskill.agent.parser import parse_turn
 from selskill.agent.transcript import after_action, after_skill, opening_messages
+from selskill.benchmarks.alfworld import load_alfworld_skills
+from selskill.benchmarks.alfworld.demos import DEMO_FORMAT, DEMO_LISTING_STYLE, make_demos, tokenizer_corpus
+from selskill.benchmarks.alfworld.env import AlfworldEnv, find_games
+from selskill.benchmarks.alfworld.init_policy import build_init_policy
+from selskill.benchmarks.alfworld.turn_format import AlfworldTurnFormat
 from selskill.config.init import AlfworldDemos, DemoBudget, InitConfig, InitTraining, SftSchedule
 from selskill.config.rollout import MAX_DECISIONS
-from selskill.benchmarks.alfworld.env import AlfworldEnv, find_games
 from selskill.init import sft as init_sft
-from selskill.init.alfworld import build_init_policy
-from selskill.init.demos import DEMO_FORMAT, DEMO_LISTING_STYLE, DemoPrompts, make_demos, tokenizer_corpus
+from selskill.init.demos import DemoPrompts
 from selskill.init.sft import COMPLETED, MANIFEST, sft_config, sft_dataset, sft_train
 from selskill.policy.bootstrap import IM_END, TinyArch, build_model, train_tokenizer
-from selskill.benchmarks.alfworld import load_alfworld_skills
 from selskill.skills import SkillExecutor, render_listing
 
 MICRO = TinyArch(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,

@@ -491,7 +491,8 @@ def test_bfcl_progress_episodes_replay_their_listings():
 def test_demonstrations_are_the_transcripts_the_runner_writes_for_their_turns(tokenizer, index, mode):
     """A demo built for a retrieval round, its assistant turns played by the runner, comes back
     message for message: same system prompt, same step listings, every call listed."""
-    from selskill.init.demos import DemoPrompts, build_demos
+    from selskill.benchmarks.alfworld.demos import build_demos
+    from selskill.init.demos import DemoPrompts
 
     library = OWN if mode is None else BIG
     ret = None if mode is None else _retriever(mode, library)
@@ -522,9 +523,10 @@ def test_demonstrations_are_the_transcripts_the_runner_writes_for_their_turns(to
 
 
 def test_a_retrieval_init_refuses_dagger(tmp_path):
-    from selskill.init.alfworld import build_init_policy
-    from selskill.init.dagger import DaggerSettings
-    from selskill.init.demos import DEMO_FORMAT, DemoPrompts
+    from selskill.benchmarks.alfworld.dagger import DaggerSettings
+    from selskill.benchmarks.alfworld.demos import DEMO_FORMAT
+    from selskill.benchmarks.alfworld.init_policy import build_init_policy
+    from selskill.init.demos import DemoPrompts
 
     # DAgger's own rollouts list every skill: a retrieval init would be trained on two prompts
     with pytest.raises(ValueError, match="init_dagger_iters: 1 with retrieval_mode: progress"):

@@ -116,7 +116,7 @@ class AlfworldDemos:
 
 @dataclass(frozen=True)
 class DaggerSettings:
-    """DAgger after the SFT (`selskill.init.dagger`); `iterations=0` turns it off."""
+    """DAgger after the SFT (`selskill.benchmarks.alfworld.dagger`); `iterations=0` turns it off."""
 
     iterations: int = 0
     epochs: float = 2.0
@@ -145,7 +145,7 @@ class DaggerSettings:
 
 @dataclass(frozen=True)
 class BfclDemoMix:
-    """Rates at which skill calls are mixed into BFCL's ground truth (`selskill.init.bfcl_demos`)."""
+    """Rates at which skill calls are mixed into BFCL's ground truth (`selskill.benchmarks.bfcl.demos`)."""
 
     opening_memory: float = 0.5
     useful: float = 0.8
@@ -249,7 +249,7 @@ class InitConfig:
         default=DaggerSettings.iterations,
         metadata={
             "help": "DAgger iterations after SFT: play the policy on the train games, let the expert label "
-            "the states it reached, SFT on all demonstrations so far (0 = off; selskill/init/dagger.py)"
+            "the states it reached, SFT on all demonstrations so far (0 = off; selskill/benchmarks/alfworld/dagger.py)"
         },
     )
     init_dagger_epochs: float = field(
@@ -288,7 +288,7 @@ class InitConfig:
             "instead of training the base policy again"
         },
     )
-    # benchmark bfcl (selskill/init/bfcl.py): demonstrations are the train split's ground truth
+    # benchmark bfcl (selskill/benchmarks/bfcl/init_policy.py): demonstrations are the train split's ground truth
     init_bfcl_tasks: int = field(
         default=0,
         metadata={

@@ -1,7 +1,8 @@
-"""The offline init policy (round 0): demonstrations, tokenizer, a tiny Qwen3, SFT, and DAgger.
+"""The offline init policy (round 0): what every benchmark's init builder shares.
 
-What a round starts from when the recipe names no model. `alfworld.py` and `bfcl.py` are
-the two builders; `sft.py` is what they share (TRL SFT, the manifest + COMPLETED
-contract), `dagger.py` the ALFWorld build's optional DAgger, `demos.py` and `bfcl_demos.py`
-the demonstrations. The policy backends the stages sample with are `selskill.policy`.
+What a round starts from when the recipe names no model. Each benchmark plugin builds its
+own (`selskill/benchmarks/<name>/init_policy.py`: its demonstrations, then these): `sft.py`
+is the TRL SFT, the manifest and the COMPLETED contract; `demos.py` the record of a
+demonstration and the prompts it is written in. The policy backends the stages sample with
+are `selskill.policy`.
 """

@@ -117,9 +117,9 @@ def _bench_commands():
 
 
 def _build_init(recipe, out, **resolved):
-    from selskill.init.builders import build_alfworld_init
+    from selskill.benchmarks.alfworld.init_policy import build_from_recipe
 
-    return build_alfworld_init(recipe, out, **resolved)
+    return build_from_recipe(recipe, out, **resolved)
 
 
 BENCHMARK = register(

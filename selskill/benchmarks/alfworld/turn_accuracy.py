@@ -64,10 +64,11 @@ def init_turn_accuracy(model_dir: str, heldout: str, games: int = 30) -> dict:
     valid_seen games under `heldout`, each side's demonstrations rebuilt from its manifest."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from selskill.benchmarks.alfworld.demos import DemoBudget, DemoMix, build_demos
     from selskill.benchmarks.alfworld.env import find_games
+    from selskill.benchmarks.alfworld.init_policy import train_games
     from selskill.benchmarks.alfworld.turn_format import AlfworldTurnFormat
-    from selskill.init.alfworld import train_games
-    from selskill.init.demos import DemoBudget, DemoMix, DemoPrompts, build_demos
+    from selskill.init.demos import DemoPrompts
     from selskill.init.sft import read_manifest
 
     manifest = read_manifest(model_dir)

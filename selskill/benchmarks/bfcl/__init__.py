@@ -82,9 +82,9 @@ def _check_recipe(sections: dict) -> None:
 
 
 def _build_init(recipe, out, **resolved):
-    from selskill.init.builders import build_bfcl_init
+    from selskill.benchmarks.bfcl.init_policy import build_from_recipe
 
-    return build_bfcl_init(recipe, out, **resolved)
+    return build_from_recipe(recipe, out, **resolved)
 
 
 BENCHMARK = register(

@@ -17,7 +17,7 @@ loss; system prompt, observations and skill returns are context only. Injected w
 moves (`Demo.untrained_turns`) are context in both phases. At equal compute the two-phase
 recipe reproduces clearly more held-out turns than assistant-only training (docs/benchmarks.md,
 "What shaped the init's demonstrations and SFT"). `init_dagger_iters`
-adds DAgger after the SFT (`selskill.init.dagger`).
+adds DAgger after the SFT (`selskill.benchmarks.alfworld.dagger`).
 Demonstrations longer than `max_length` tokens are dropped rather than truncated (a
 truncated demo would teach an unfinished episode).
 """
@@ -27,12 +27,15 @@ from __future__ import annotations
 import json
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 
+from selskill.benchmarks.alfworld import load_alfworld_skills
+from selskill.benchmarks.alfworld.dagger import DaggerRun, continued_from, run_dagger, save_relabelled
+from selskill.benchmarks.alfworld.demos import ALFWORLD_PROMPTS, build_demos, tokenizer_corpus
 from selskill.config.init import AlfworldDemos, DaggerSettings, InitTraining
 from selskill.data.inputs import changed_settings
-from selskill.init.dagger import DaggerRun, continued_from, run_dagger, save_relabelled
-from selskill.init.demos import ALFWORLD_PROMPTS, DemoPrompts, build_demos, tokenizer_corpus
+from selskill.init.demos import DemoPrompts
 from selskill.init.sft import (
     COMPLETED,
     MANIFEST,
@@ -48,7 +51,6 @@ from selskill.init.sft import (
     training_record,
 )
 from selskill.policy.bootstrap import train_tokenizer
-from selskill.benchmarks.alfworld import load_alfworld_skills
 
 MANIFEST_VERSION = 1
 
@@ -202,7 +204,7 @@ def build_init_policy(
     Training runs in `training.sft`'s two phases over the same demonstrations: every token in
     the loss (the model learns the environment's language and to copy names from its context,
     which a from-scratch model does not learn from the few assistant tokens alone), then the
-    assistant tokens only (the policy). `prompts` are the rounds' (`selskill.init.builders`):
+    assistant tokens only (the policy). `prompts` are the rounds' (`build_from_recipe`):
     the demonstrations list each decision's skills as the rounds will, and are kept only if won
     within `demos.budget`, so that the init is not taught an episode the rounds' step budget
     would cut short. `dagger` (iterations > 0) adds DAgger after the SFT.
@@ -261,9 +263,26 @@ def build_init_policy(
                             train=train_stats, timings=timings, t_all=t_all)  # fmt: skip
 
 
+def build_from_recipe(
+    recipe, out: Path, *, fmt, train_tasks: Callable[[int], list[str]], library, retriever
+) -> Path:
+    """The init policy the recipe asks for (what the plugin's `build_init` runs): `fmt`, `library` and
+    `retriever` are the rounds' own; ALFWorld's demonstrations play its generated train games."""
+    return build_init_policy(
+        out,
+        games_dir=recipe.settings.games_dir,
+        seed=recipe.seed,
+        demos=recipe.init.alfworld_demos(),
+        training=recipe.init.training(),
+        dagger=recipe.init.dagger(recipe.rollout.action_choice),
+        prompts=DemoPrompts(fmt, recipe.rollout.listing_style, library, retriever),
+    )
+
+
 __all__ = [
     "COMPLETED",
     "MANIFEST",
+    "build_from_recipe",
     "build_init_policy",
     "is_complete",
     "read_manifest",

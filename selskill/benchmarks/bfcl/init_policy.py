@@ -1,8 +1,8 @@
 """The offline BFCL init policy: train-split ground truth -> demonstrations -> tokenizer -> tiny Qwen3 -> SFT.
 
 What `make round RECIPE=recipes/bfcl_tiny.yaml` builds at `runs/<exp>/round_0/train/model` when
-the recipe has no model. It is the ALFWorld init (`selskill.init.alfworld`) with BFCL's
-demonstration source (`selskill.init.bfcl_demos`): the same tokenizer, model and TRL SFT
+the recipe has no model. It is the ALFWorld init (`selskill.benchmarks.alfworld.init_policy`) with BFCL's
+demonstration source (`selskill.benchmarks.bfcl.demos`): the same tokenizer, model and TRL SFT
 (`train_tokenizer`, `build_model`, `sft_train`), the same `init_manifest.json` + `COMPLETED`
 contract (a second call with the same settings returns at once; other settings are refused
 unless `redo`), and the same two phases. One difference: phase 1 keeps the system prompt,
@@ -14,12 +14,13 @@ so no test scenario's variant is ever demonstrated). No DAgger.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from selskill.benchmarks.bfcl import load_bfcl_skills
+from selskill.benchmarks.bfcl.demos import BFCL_PROMPTS, bfcl_tokenizer_corpus, build_bfcl_demos
 from selskill.config.init import BfclDemoMix, InitTraining
-from selskill.init.bfcl_demos import BFCL_PROMPTS, bfcl_tokenizer_corpus, build_bfcl_demos
 from selskill.init.demos import DemoPrompts
 from selskill.init.sft import (
     TrainedDemos,
@@ -32,7 +33,6 @@ from selskill.init.sft import (
     training_record,
 )
 from selskill.policy.bootstrap import train_tokenizer
-from selskill.benchmarks.bfcl import load_bfcl_skills
 
 MANIFEST_VERSION = 2
 
@@ -81,7 +81,7 @@ def build_bfcl_init_policy(
     """Build (or reuse) the BFCL init policy at `out_dir`; returns `out_dir`.
 
     Demonstrates `tasks` with `mix`, then trains as `training` says. `prompts` are the rounds'
-    (`selskill.init.builders`; default: every one of the 18 BFCL skills listed): the
+    (`build_from_recipe`; default: every one of the 18 BFCL skills listed): the
     demonstrations list as they will.
     """
     out_dir = Path(out_dir)
@@ -121,4 +121,26 @@ def build_bfcl_init_policy(
                             train=train_stats, timings=timings, t_all=t_all)  # fmt: skip
 
 
-__all__ = ["BfclTrainTasks", "build_bfcl_init_policy"]
+def build_from_recipe(
+    recipe, out: Path, *, fmt, train_tasks: Callable[[int], list[str]], library, retriever
+) -> Path:
+    """The init policy the recipe asks for (what the plugin's `build_init` runs): the first
+    `init_bfcl_tasks` train tasks in the sample stage's order, with the rounds' `fmt`, `library`, `retriever`."""
+    bfcl = recipe.settings
+    tasks = BfclTrainTasks(
+        categories=bfcl.categories,
+        scenarios=bfcl.split("train"),
+        withheld_callable=bfcl.bfcl_withheld_callable,
+        task_ids=train_tasks(recipe.init.init_bfcl_tasks),
+    )
+    return build_bfcl_init_policy(
+        out,
+        tasks=tasks,
+        seed=recipe.seed,
+        mix=recipe.init.bfcl_demo_mix(),
+        training=recipe.init.training(),
+        prompts=DemoPrompts(fmt, recipe.rollout.listing_style, library, retriever),
+    )
+
+
+__all__ = ["BfclTrainTasks", "build_bfcl_init_policy", "build_from_recipe"]

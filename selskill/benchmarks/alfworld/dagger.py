@@ -34,20 +34,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from selskill.agent.transcript import MALFORMED_COMMAND, after_malformed
-from selskill.config.init import DaggerSettings, DemoBudget, DemoMix, SftSchedule
-from selskill.benchmarks.alfworld.env import AlfworldEnv, GameRecord
-from selskill.envs.base import EnvError
-from selskill.init.demos import (
-    Demo,
-    DemoEpisode,
-    DemoPrompts,
-    DemoSetup,
-    MixState,
-    play_on,
-    task_spec,
-)
-from selskill.init.sft import fitting, init_device, sft_config, sft_train
 from selskill.benchmarks.alfworld import load_alfworld_skills
+from selskill.benchmarks.alfworld.demos import DemoEpisode, MixState, play_on, task_spec
+from selskill.benchmarks.alfworld.env import AlfworldEnv, GameRecord
+from selskill.config.init import DaggerSettings, DemoBudget, DemoMix, SftSchedule
+from selskill.envs.base import EnvError
+from selskill.init.demos import Demo, DemoPrompts, DemoSetup
+from selskill.init.sft import fitting, init_device, sft_config, sft_train
 
 DAGGER_DEMOS = "dagger_demos.jsonl"  # the relabelled demonstrations of a DAgger build (all iterations)
 # the policy's episodes: a decision is one short command or call; episodes decode in batches

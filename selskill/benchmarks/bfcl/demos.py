@@ -32,6 +32,9 @@ from __future__ import annotations
 import random
 from collections.abc import Iterable, Iterator, Sequence
 
+from selskill.agent.turn_format import render_skill_call
+from selskill.benchmarks.bfcl import load_bfcl_skills
+from selskill.benchmarks.bfcl.env import BfclEnv, BfclTask, function_docs, keyword_ground_truth
 from selskill.benchmarks.bfcl.episode import (
     BfclTurnFormat,
     after_skill,
@@ -43,12 +46,9 @@ from selskill.benchmarks.bfcl.episode import (
     render_calls,
     render_end_turn,
 )
-from selskill.agent.turn_format import render_skill_call
 from selskill.config.init import BfclDemoMix
-from selskill.benchmarks.bfcl.env import BfclEnv, BfclTask, function_docs, keyword_ground_truth
 from selskill.envs.calls import Call, parse_one_call
 from selskill.init.demos import Demo, DemoPrompts, DemoReport, DemoSetup
-from selskill.benchmarks.bfcl import load_bfcl_skills
 from selskill.skills import CallStep, Skill, SkillLibrary
 from selskill.skills.executor import template_fields, value_has_type
 
