@@ -4,19 +4,9 @@ Real labels, no model. At every decision point of a reference trajectory, the sk
 relevant to the next move are known; R@k is the share of decision points where at least
 one of them is in the top k of a mode's ranking:
 
-- **BFCL**: the ground-truth trajectories (`ground_truth_commands`) replayed through
-  `BfclEnv`, one call per step. The decision point before each call is an event; relevant
-  are the reference skill of the call's class (`file_system_reference` for
-  GorillaFileSystem, ...) and every workflow skill (an executable skill) with a step that
-  calls that function. The strategy skills are never labels.
-- **ALFWorld**: demonstrations from `selskill.init.demos` with a mix in which the expert
-  calls its skills where they help (opening memory, the task skill once it holds the
-  object, `place_held_object`, `find_second_object`), no premature, wrong or random calls,
-  and the demonstrations' usual 10% wrong moves. At every decision the label is the skill
-  the expert calls next (at this decision or a later one); decisions after the last call
-  are not events. After a memory skill the current observation stays the environment's
-  (the skill's text is guidance, not an observation); after an executable one it is what
-  the skill returned.
+each benchmark plugin labels its own reference episodes (`Benchmark.retrieval_episodes`:
+BFCL's ground truth replayed call by call, ALFWorld's expert demonstrations; each plugin's
+`retrieval_bench.py` says how it labels them).
 
 Modes (`selskill.skills.retrieval`): `all` truncated to k (the listing's first k names:
 what a listing that only had room for k would show), `task` (once per episode from the task
@@ -32,8 +22,6 @@ JitSkill's claim (tracked state beats task-only retrieval as the episode unfolds
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
@@ -44,20 +32,10 @@ from selskill.skills.distractors import library_of_size
 from selskill.skills.model import SkillLibrary
 from selskill.skills.retrieval import RetrievalConfig, SkillRetriever
 from selskill.skills.scorers import DEFAULT_DENSE_MODEL, DenseEncoder, dense_unavailable
-from selskill.skills.step_records import EpisodePrefix, bfcl_steps
+from selskill.skills.step_records import EpisodePrefix
 
 KS: tuple[int, ...] = (1, 3, 5)
 DEFAULT_SIZES = "own,68,250,1000"
-BFCL_REFERENCE_SKILLS = {
-    "GorillaFileSystem": "file_system_reference",
-    "MathAPI": "math_reference",
-    "MessageAPI": "message_reference",
-    "TwitterAPI": "twitter_reference",
-    "TicketAPI": "ticket_reference",
-    "TradingBot": "trading_reference",
-    "TravelAPI": "travel_reference",
-    "VehicleControlAPI": "vehicle_reference",
-}
 
 
 @dataclass(frozen=True)
@@ -72,167 +50,6 @@ class Episode:
     task_id: str
     task: str
     events: list[Event]
-
-
-# --- BFCL --------------------------------------------------------------------------------------
-
-
-def _function_classes() -> dict[str, set[str]]:
-    from selskill.benchmarks.bfcl.env import BACKEND_CLASSES, function_docs
-
-    out: dict[str, set[str]] = {}
-    for cls in BACKEND_CLASSES:
-        for doc in function_docs([cls]):
-            out.setdefault(doc["name"], set()).add(cls)
-    return out
-
-
-def workflow_functions(library: SkillLibrary) -> dict[str, set[str]]:
-    """Executable skill -> the functions its call steps call."""
-    from selskill.skills.model import CallStep
-
-    return {
-        s.name: {step.call.split("(", 1)[0].strip() for step in s.steps if isinstance(step, CallStep)}
-        for s in library.values()
-        if s.is_executable
-    }
-
-
-def bfcl_relevant(
-    function: str, involved: Sequence[str], fn_classes: dict[str, set[str]], workflows: dict[str, set[str]]
-) -> frozenset[str]:
-    """The skills relevant to a call of `function`: its class's reference, workflows that call it."""
-    refs = {BFCL_REFERENCE_SKILLS[c] for c in fn_classes.get(function, ()) if c in involved}
-    flows = {name for name, fns in workflows.items() if function in fns}
-    return frozenset(refs | flows)
-
-
-def bfcl_episodes(
-    library: SkillLibrary,
-    categories: Sequence[str] | None = None,
-    split: str = "test",
-    limit: int | None = None,
-) -> list[Episode]:
-    """One episode per BFCL task of `split`, its events from the replayed ground truth."""
-    from selskill.benchmarks.bfcl.env import CATEGORIES, BfclEnv, ground_truth_commands, split_tasks
-    from selskill.envs.calls import decode_step
-
-    missing = sorted(set(BFCL_REFERENCE_SKILLS.values()) - set(library))
-    if missing:
-        raise ValueError(f"the BFCL library lacks the reference skills {missing}")
-    tasks = split_tasks(split, categories or CATEGORIES)
-    if limit is not None:
-        tasks = tasks[:limit]
-    fn_classes, workflows = _function_classes(), workflow_functions(library)
-    env = BfclEnv(tasks=tasks)
-    episodes = []
-    for task in tasks:
-        state = env.reset(task.id)
-        prefix = EpisodePrefix(task=task.turns[0], observation=state.observation, goal=state.task, api=True)
-        events = []
-        for command in ground_truth_commands(task):
-            calls = decode_step(command).calls
-            if calls:
-                relevant = bfcl_relevant(calls[0].name, task.involved_classes, fn_classes, workflows)
-                if relevant:
-                    events.append(Event(prefix, relevant))
-            state = env.step(command)
-            prefix = prefix.extend(*bfcl_steps(state.info), observation=state.observation, goal=state.task)
-            if state.done:
-                break
-        episodes.append(Episode("bfcl", task.id, task.turns[0], events))
-    return episodes
-
-
-# --- ALFWorld ----------------------------------------------------------------------------------
-
-
-def bench_demo_mix():
-    """The expert calling its skills where they help, with the demonstrations' wrong moves."""
-    from selskill.benchmarks.alfworld.demos import DemoMix
-
-    return DemoMix(
-        opening_memory=1.0,
-        premature_start=0.0,
-        premature_seen=0.0,
-        repeat_failed=0.0,
-        after_failure_memory=0.0,
-        useful=1.0,
-        place_memory=1.0,
-        wrong_executable=0.0,
-        second_memory=1.0,
-        random_memory=0.0,
-    )
-
-
-def _traced_episode_class():
-    from selskill.benchmarks.alfworld.demos import DemoEpisode
-
-    class TracedEpisode(DemoEpisode):
-        """A demonstration that also records, at each decision, the prefix retrieval sees there."""
-
-        def __init__(self, *args, **kwargs):
-            super().__init__(*args, **kwargs)
-            self.decisions: list[tuple[EpisodePrefix, str | None]] = []
-
-        def act(self, command, text=None):
-            self.decisions.append((self.prefix, None))
-            super().act(command, text)
-
-        def call(self, name, role):
-            self.decisions.append((self.prefix, name))
-            return super().call(name, role)
-
-        def _after_failure(self, name):  # the bench mix never reacts to a failed call
-            return None
-
-    return TracedEpisode
-
-
-def alfworld_episodes(
-    games_dir: str | None = None, split: str = "valid_seen", per_type: int = 10, seed: int = 0
-):
-    """Episodes from the expert's demonstrations; generates `per_type` tiny games when no dir is given.
-
-    Returns (episodes, games root, dropped count).
-    """
-    import random
-
-    from selskill.benchmarks.alfworld import load_alfworld_skills
-    from selskill.benchmarks.alfworld.demos import ALFWORLD_PROMPTS, DemoBudget, MixState, play_on, task_spec
-    from selskill.benchmarks.alfworld.env import AlfworldEnv, find_games
-    from selskill.init.demos import DemoSetup
-
-    if games_dir is None:
-        from selskill.benchmarks.alfworld.generate import generate_games
-
-        games_dir = tempfile.mkdtemp(prefix="selskill-bench-retrieval-")
-        generate_games(games_dir, per_type=per_type, seed=seed, split=split, size="tiny")
-    index = find_games(games_dir, splits=split)
-    records = index.games
-    setup = DemoSetup.of(AlfworldEnv(index), ALFWORLD_PROMPTS, load_alfworld_skills())
-    mix = bench_demo_mix()
-    traced = _traced_episode_class()
-    episodes, dropped = [], 0
-    for record in records:
-        rng = random.Random(f"selskill-bench-retrieval:{seed}:{record.task_id}")
-        spec = task_spec(record)
-        ep = traced(setup, record, spec, rng, mix, DemoBudget())
-        opening = "systematic_search" if spec.task_type == "look_at_obj_in_light" else "pick_and_place"
-        if ep.chance(mix.opening_memory):
-            ep.call(opening, "opening")
-        ep.chance(mix.premature_start)  # the draw `_play` makes, so the rest matches a demo's
-        demo, _ = play_on(ep, MixState(), untrained=[])
-        if demo is None:
-            dropped += 1
-            continue
-        events, upcoming = [], None
-        for prefix, skill in reversed(ep.decisions):
-            upcoming = skill or upcoming
-            if upcoming:
-                events.append(Event(prefix, frozenset({upcoming})))
-        episodes.append(Episode("alfworld", record.task_id, ep.decisions[0][0].task, events[::-1]))
-    return episodes, games_dir, dropped
 
 
 # --- scoring -----------------------------------------------------------------------------------
@@ -414,27 +231,13 @@ def _scorers(
 
 
 def _env_episodes(env: str, bench: RetrievalBench) -> tuple[SkillLibrary, list[Episode], dict]:
-    """(the env's own skills, its labelled episodes, what the result records of them)."""
-    from selskill.benchmarks.alfworld import load_alfworld_skills
-    from selskill.benchmarks.bfcl import load_bfcl_skills
+    """(the benchmark's own skills, its labelled episodes, what the result records of them)."""
+    from selskill.registry import benchmark
 
-    if env == "bfcl":
-        own = load_bfcl_skills()
-        episodes = bfcl_episodes(own, split=bench.bfcl_split, limit=bench.bfcl_limit)
-        return own, episodes, {"split": bench.bfcl_split, "episodes": len(episodes)}
-    if env == "alfworld":
-        own = load_alfworld_skills()
-        episodes, root, dropped = alfworld_episodes(
-            bench.alfworld_games, bench.alfworld_split, bench.alfworld_per_type, bench.seed
-        )
-        if bench.alfworld_games is None:  # generated for this run only
-            shutil.rmtree(root, ignore_errors=True)
-            root = (
-                f"generated: {bench.alfworld_per_type} tiny games per task type, seed {bench.seed} (removed)"
-            )
-        info = {"games": root, "split": bench.alfworld_split, "episodes": len(episodes), "dropped": dropped}
-        return own, episodes, info
-    raise ValueError(f"unknown env {env!r} (bfcl, alfworld)")
+    spec = benchmark(env)
+    if spec.retrieval_episodes is None:
+        raise ValueError(f"benchmark {env} has no labelled episodes for the retrieval bench")
+    return spec.retrieval_episodes(bench)
 
 
 def main(args) -> int:

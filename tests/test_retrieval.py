@@ -510,13 +510,11 @@ def test_capability_check_parsing():
 
 def test_bfcl_relevance_and_replayed_events():
     pytest.importorskip("bfcl_eval")
-    from selskill.bench_retrieval import (
+    from selskill.bench_retrieval import evaluate, format_table, parse_sizes
+    from selskill.benchmarks.bfcl.retrieval_bench import (
         _function_classes,
         bfcl_episodes,
         bfcl_relevant,
-        evaluate,
-        format_table,
-        parse_sizes,
         workflow_functions,
     )
 

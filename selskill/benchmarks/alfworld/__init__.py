@@ -116,6 +116,12 @@ def _bench_commands():
     return BENCH_COMMANDS
 
 
+def _retrieval_episodes(bench):
+    from selskill.benchmarks.alfworld.retrieval_bench import retrieval_episodes
+
+    return retrieval_episodes(bench)
+
+
 def _build_init(recipe, out, **resolved):
     from selskill.benchmarks.alfworld.init_policy import build_from_recipe
 
@@ -137,6 +143,7 @@ BENCHMARK = register(
         turn_format=_turn_format,
         settings=AlfworldConfig,
         build_init=_build_init,
+        retrieval_episodes=_retrieval_episodes,
         prepare=_prepare,
         index_from_dir=_index_from_dir,
         check_recipe=_check_recipe,

@@ -81,6 +81,12 @@ def _check_recipe(sections: dict) -> None:
         check_at_least(init, 0, "init_bfcl_tasks", why="0 = every task of the train split")
 
 
+def _retrieval_episodes(bench):
+    from selskill.benchmarks.bfcl.retrieval_bench import retrieval_episodes
+
+    return retrieval_episodes(bench)
+
+
 def _build_init(recipe, out, **resolved):
     from selskill.benchmarks.bfcl.init_policy import build_from_recipe
 
@@ -105,6 +111,7 @@ BENCHMARK = register(
         settings=BfclConfig,
         hooks=_hooks,
         build_init=_build_init,
+        retrieval_episodes=_retrieval_episodes,
         check_recipe=_check_recipe,
         states_thinking=True,
         wording=Wording(
