@@ -547,6 +547,8 @@ def test_bench_retrieval_parser():
     args = build_parser().parse_args(
         ["bench", "retrieval", "--envs", "bfcl", "--scorers", "bm25", "--sizes", "own"]
     )
-    assert args.envs == ["bfcl"] and args.scorers == ["bm25"] and args.func.__name__ == "_cmd_bench_retrieval"
+    from selskill.cli_commands import bench
+
+    assert args.envs == ["bfcl"] and args.scorers == ["bm25"] and args.func is bench._retrieval
     # every flag reaches the run's settings, and the flags' defaults are the settings' defaults
     assert RetrievalBench.from_args(args) == RetrievalBench(envs=("bfcl",), scorers=("bm25",), sizes="own")

@@ -11,7 +11,7 @@ import functools
 import os
 from collections.abc import Sequence
 
-from selskill.benchmarks.alfworld.config import HELD_OUT, KNOWN_SPLITS, AlfworldConfig
+from selskill.benchmarks.alfworld.config import HELD_OUT, KNOWN_SPLITS, SPLITS, AlfworldConfig
 from selskill.registry import Benchmark, StepMeasure, Wording, register
 
 
@@ -78,7 +78,7 @@ def _prepare(run, splits: Sequence[str]) -> None:
     from selskill.benchmarks.alfworld.generate import check_generator_version, generate_games
 
     check_generator_version(games.games_dir)
-    for split in splits:
+    for split in (s for s in splits if s in SPLITS):  # real data's own splits are never generated
         per_type = games.per_type(split)
         marker = Path(games.games_dir) / f".{split}-{games.games_size}-{per_type}-{games.games_seed}.done"
         if per_type <= 0 or marker.exists():
