@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from selskill.config.checks import bad_value, check_at_least, check_choice, check_unit
+from selskill.config.executor import ExecutorConfig
 from selskill.config.init import InitConfig
 from selskill.config.rollout import RolloutConfig
 from selskill.config.run import PolicyConfig, RunConfig
@@ -38,6 +39,7 @@ def core_dataclasses() -> tuple[type, ...]:
     return (
         RunConfig,
         PolicyConfig,
+        ExecutorConfig,
         RolloutConfig,
         InitConfig,
         SampleConfig,
@@ -65,6 +67,7 @@ class Recipe:
 
     run: RunConfig
     policy: PolicyConfig
+    executor: ExecutorConfig
     rollout: RolloutConfig
     init: InitConfig
     sample: SampleConfig
@@ -332,6 +335,7 @@ def _quiet_errors(parser):
 __all__ = [
     "BranchConfig",
     "EvalConfig",
+    "ExecutorConfig",
     "ForkConfig",
     "InitConfig",
     "LabelConfig",

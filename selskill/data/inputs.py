@@ -34,21 +34,6 @@ NOT_INPUTS = frozenset(
         "concurrent_episodes",
         "policy_batch_size",
         "env_overlap",
-        # which executor ran a rank, and with what resources (selskill/executors/)
-        "executor",
-        "local_workers",
-        "slurm_partition",
-        "slurm_time",
-        "slurm_cpus_per_task",
-        "slurm_gpus_per_task",
-        "slurm_train_gpus",
-        "slurm_mem",
-        "slurm_array_parallelism",
-        "slurm_sbatch_args",
-        "ray_address",
-        "ray_cpus_per_task",
-        "ray_gpus_per_task",
-        "ray_train_gpus",
     }
 )
 

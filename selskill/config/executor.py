@@ -1,0 +1,98 @@
+"""The executor section: how a round's stages run over their ranks (selskill/executors/).
+
+None of these keys changes a row, so no stage records them among its inputs: they are a
+section of their own, never handed to a stage.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from selskill.config.checks import check_at_least, check_choice
+from selskill.config.names import EXECUTORS
+
+
+@dataclass
+class ExecutorConfig:
+    """Where and with what resources the ranks of each stage run."""
+
+    _argument_group_name = "executor"  # its heading in `--help`
+
+    executor: str = field(
+        default="local",
+        metadata={
+            "help": "local (this machine) | slurm (one sbatch --array per stage; add --dry_run to print the "
+            "scripts) | ray (one Ray task per rank)"
+        },
+    )
+    local_workers: int = field(
+        default=0,
+        metadata={
+            "help": "executor local, world_size > 1: worker processes at once (0 = one per rank; 1 = every rank "
+            "in this process, one after another)"
+        },
+    )
+    slurm_partition: str = field(
+        default="", metadata={"help": "executor slurm: --partition (empty: the default)"}
+    )
+    slurm_time: str = field(default="", metadata={"help": "executor slurm: --time per job, e.g. 04:00:00"})
+    slurm_cpus_per_task: int = field(default=1, metadata={"help": "executor slurm: --cpus-per-task"})
+    slurm_gpus_per_task: int = field(
+        default=0, metadata={"help": "executor slurm: GPUs of each rank's job (--gres=gpu:N)"}
+    )
+    slurm_train_gpus: int = field(
+        default=0,
+        metadata={
+            "help": "executor slurm: GPUs of the one-job stages, init and train (0 = slurm_gpus_per_task)"
+        },
+    )
+    slurm_mem: str = field(default="", metadata={"help": "executor slurm: --mem per job, e.g. 64G"})
+    slurm_array_parallelism: int = field(
+        default=0,
+        metadata={"help": "executor slurm: at most this many ranks of a stage at once (0 = no limit)"},
+    )
+    slurm_sbatch_args: str = field(
+        default="",
+        metadata={
+            "help": "executor slurm: more sbatch options, one #SBATCH line each (e.g. '--account=a --qos=b')"
+        },
+    )
+    slurm_wait: bool = field(
+        default=False,
+        metadata={
+            "help": "executor slurm: wait until every stage's completion markers are written, then print the "
+            "round's summary (false: return once the jobs are queued)"
+        },
+    )
+    slurm_poll_seconds: float = field(
+        default=30.0,
+        metadata={"help": "executor slurm with slurm_wait: seconds between looks at the markers"},
+    )
+    ray_address: str = field(
+        default="",
+        metadata={
+            "help": "executor ray: ray.init address (empty: a local Ray instance for the round; auto: the cluster)"
+        },
+    )
+    ray_cpus_per_task: float = field(default=1.0, metadata={"help": "executor ray: CPUs of each rank's task"})
+    ray_gpus_per_task: float = field(default=0.0, metadata={"help": "executor ray: GPUs of each rank's task"})
+    ray_train_gpus: float = field(
+        default=0.0,
+        metadata={"help": "executor ray: GPUs of the one-job stages, init and train (0 = ray_gpus_per_task)"},
+    )
+
+    def __post_init__(self):
+        check_choice(self, "executor", EXECUTORS)
+        check_at_least(self, 0, "local_workers", why="0 = one worker process per rank")
+        check_at_least(self, 1, "slurm_cpus_per_task")
+        check_at_least(
+            self,
+            0,
+            "slurm_gpus_per_task",
+            "slurm_train_gpus",
+            "slurm_array_parallelism",
+            "ray_cpus_per_task",
+            "ray_gpus_per_task",
+            "ray_train_gpus",
+            "slurm_poll_seconds",
+        )
