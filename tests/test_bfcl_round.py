@@ -60,9 +60,10 @@ seed: 0
 
 @pytest.fixture(scope="module")
 def round_dir(tmp_path_factory):
+    from selskill.benchmarks.bfcl.init_config import BfclDemoMix
     from selskill.benchmarks.bfcl.init_policy import BfclTrainTasks, build_bfcl_init_policy
     from selskill.config import load_recipe
-    from selskill.config.init import BfclDemoMix, InitTraining, SftSchedule
+    from selskill.config.init import InitTraining, SftSchedule
     from selskill.init.demos import DemoPrompts
     from selskill.stages.context import turn_format
     from selskill.stages.round import run_round

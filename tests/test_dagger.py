@@ -193,6 +193,6 @@ def test_dagger_rollouts_decode_as_the_recipe_does(tiny_model_dir, monkeypatch):
         ) == []  # fmt: skip
     assert seen == ["admissible", "free"]
     recipe = load_recipe(["--config", "recipes/tiny.yaml"])
-    settings = recipe.init.dagger(recipe.rollout.action_choice)
+    settings = recipe.settings.dagger(recipe.rollout.action_choice)
     assert recipe.rollout.action_choice == "admissible" and settings.action_choice == "admissible"
-    assert recipe.init.dagger().action_choice == "free"
+    assert recipe.settings.dagger().action_choice == "free"

@@ -10,9 +10,10 @@ from selskill.agent.transcript import after_action, after_skill, opening_message
 from selskill.benchmarks.alfworld import load_alfworld_skills
 from selskill.benchmarks.alfworld.demos import DEMO_FORMAT, DEMO_LISTING_STYLE, make_demos, tokenizer_corpus
 from selskill.benchmarks.alfworld.env import AlfworldEnv, find_games
+from selskill.benchmarks.alfworld.init_config import AlfworldDemos, DemoBudget
 from selskill.benchmarks.alfworld.init_policy import build_init_policy
 from selskill.benchmarks.alfworld.turn_format import AlfworldTurnFormat
-from selskill.config.init import AlfworldDemos, DemoBudget, InitConfig, InitTraining, SftSchedule
+from selskill.config.init import InitConfig, InitTraining, SftSchedule
 from selskill.config.rollout import MAX_DECISIONS
 from selskill.init import sft as init_sft
 from selskill.init.demos import DemoPrompts
@@ -215,12 +216,16 @@ def test_build_reload_and_reuse(tmp_path, monkeypatch):
 def test_init_config_joins_a_trl_recipe():
     from trl import DPOConfig, SFTConfig, TrlParser
 
-    names = {f.name for f in dataclasses.fields(InitConfig)}
+    from selskill.benchmarks.alfworld.config import AlfworldConfig
+    from selskill.benchmarks.alfworld.init_config import AlfworldInitKeys
+    from selskill.benchmarks.bfcl.init_config import BfclInitKeys
+
+    names = {f.name for t in (InitConfig, AlfworldInitKeys, BfclInitKeys) for f in dataclasses.fields(t)}
     assert all(n.startswith("init_") for n in names)
     trl_names = {f.name for t in (DPOConfig, SFTConfig) for f in dataclasses.fields(t)}
     assert not names & trl_names
-    parser = TrlParser((InitConfig, DPOConfig))
-    init, dpo = parser.parse_args_and_config(
+    parser = TrlParser((InitConfig, AlfworldConfig, DPOConfig))
+    init, alfworld, dpo = parser.parse_args_and_config(
         args=[
             "--output_dir",
             "x",
@@ -238,19 +243,31 @@ def test_init_config_joins_a_trl_recipe():
     )
     training = init.training()
     assert training.sft.epochs == 2 and training.arch.num_hidden_layers == 3 and dpo.seed == 7
-    assert init.alfworld_demos().mix.useful == 0.5
+    assert alfworld.alfworld_demos().mix.useful == 0.5
 
 
-def _settings(cfg: InitConfig) -> tuple:
-    return cfg.training(), cfg.alfworld_demos(), cfg.dagger(), cfg.bfcl_demo_mix()
+def _sections():
+    from selskill.benchmarks.alfworld.config import AlfworldConfig
+    from selskill.benchmarks.alfworld.init_config import AlfworldInitKeys
+    from selskill.benchmarks.bfcl.config import BfclConfig
+    from selskill.benchmarks.bfcl.init_config import BfclInitKeys
+
+    # (the section a key is parsed into, the keys, the settings objects its builder reads)
+    return [
+        (InitConfig, dataclasses.fields(InitConfig), lambda c: c.training()),
+        (AlfworldConfig, dataclasses.fields(AlfworldInitKeys), lambda c: (c.alfworld_demos(), c.dagger())),
+        (BfclConfig, dataclasses.fields(BfclInitKeys), lambda c: c.bfcl_demo_mix()),
+    ]
 
 
 @pytest.mark.parametrize(
-    "key", [f.name for f in dataclasses.fields(InitConfig) if f.name != "init_bfcl_tasks"]
+    "section,key",
+    [(i, f.name) for i, (_, keys, _) in enumerate(_sections()) for f in keys if f.name != "init_bfcl_tasks"],
 )
-def test_every_init_key_reaches_a_builders_setting(key):
+def test_every_init_key_reaches_a_builders_setting(section, key):
     """A recipe key the settings objects do not read would be accepted and then ignored."""
-    base = InitConfig(init_dagger_iters=1) if key == "init_dagger_from" else InitConfig()
+    cls, _, _settings = _sections()[section]
+    base = cls(init_dagger_iters=1) if key == "init_dagger_from" else cls()
     value = getattr(base, key)
     other = {"init_game_size": "tiny", "init_demo_search": "sweep", "init_dagger_from": "elsewhere"}.get(key)
     if isinstance(value, bool):

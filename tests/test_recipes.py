@@ -145,7 +145,7 @@ def test_max_turns_names_max_decisions_the_budget_that_replaces_it(tmp_path):
             load_recipe(argv)
     recipe = load_recipe(["--config", "recipes/tiny.yaml", "--max_decisions", "9"])
     assert (recipe.rollout.max_decisions, recipe.rollout.max_env_steps) == (9, 50)
-    assert recipe.init.init_max_decisions == 15
+    assert recipe.settings.init_max_decisions == 15
 
 
 def test_training_parses_only_its_sections():
@@ -170,7 +170,7 @@ def test_training_parses_only_its_sections():
     }, loaded
     # of a benchmark plugin only what declares its recipe section: no environment, turn format or init
     plugins = [m for m in loaded if m.startswith("selskill.benchmarks.")]
-    assert plugins and all(m.count(".") == 2 or m.endswith(".config") for m in plugins), plugins
+    assert plugins and all(m.count(".") == 2 or m.endswith("config") for m in plugins), plugins
 
 
 def test_selskill_train_relaunches_under_the_recipes_accelerate_config(monkeypatch):

@@ -9,8 +9,6 @@ of the code it configures and that code imports them from here (under its own na
 from __future__ import annotations
 
 EXECUTORS: tuple[str, ...] = ("local", "slurm", "ray")  # how a round's stages run over their ranks
-# generated ALFWorld scene sizes: the init section generates its own games too
-GAME_SIZES: tuple[str, ...] = ("tiny", "small", "real")
 
 # the turn format and the skill listing
 TURN_STYLES: tuple[str, ...] = ("thinking", "compact")
@@ -30,6 +28,3 @@ EVAL_MODES: tuple[str, ...] = (
 # which skills a decision lists (selskill.skills.retrieval's modes and scorers)
 RETRIEVAL_MODES: tuple[str, ...] = ("all", "task", "progress")
 RETRIEVAL_SCORERS: tuple[str, ...] = ("bm25", "dense", "fused")
-
-# the init demonstrations' expert
-SEARCH_ORDERS: tuple[str, ...] = ("prior", "sweep")

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from selskill.benchmarks.alfworld.init_config import GAME_SIZES, AlfworldInitKeys
 from selskill.config.checks import check_at_least, check_choice
-from selskill.config.names import GAME_SIZES
 
 # the generated splits, plus real data's `valid_train`, which is only indexed when named (it
 # repeats train games)
@@ -21,8 +21,9 @@ GRAMMAR_MODES: tuple[str, ...] = ("patch", "strict")
 
 
 @dataclass
-class AlfworldConfig:
-    """ALFWorld's games: generated households (the offline default) or real data from $ALFWORLD_DATA."""
+class AlfworldConfig(AlfworldInitKeys):
+    """ALFWorld's games: generated households (the offline default) or real data from $ALFWORLD_DATA;
+    and its init keys (`AlfworldInitKeys`)."""
 
     _argument_group_name = "benchmark alfworld (games)"  # its heading in `--help`
 
@@ -58,6 +59,7 @@ class AlfworldConfig:
     )
 
     def __post_init__(self):
+        super().__post_init__()
         check_choice(self, "alfworld_grammar", GRAMMAR_MODES)
         check_choice(self, "games_size", GAME_SIZES)
         check_at_least(self, 0, "games_train_per_type", "games_eval_per_type")

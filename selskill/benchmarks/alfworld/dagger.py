@@ -37,7 +37,8 @@ from selskill.agent.transcript import MALFORMED_COMMAND, after_malformed
 from selskill.benchmarks.alfworld import load_alfworld_skills
 from selskill.benchmarks.alfworld.demos import DemoEpisode, MixState, play_on, task_spec
 from selskill.benchmarks.alfworld.env import AlfworldEnv, GameRecord
-from selskill.config.init import DaggerSettings, DemoBudget, DemoMix, SftSchedule
+from selskill.benchmarks.alfworld.init_config import DaggerSettings, DemoBudget, DemoMix
+from selskill.config.init import SftSchedule
 from selskill.envs.base import EnvError
 from selskill.init.demos import Demo, DemoPrompts, DemoSetup
 from selskill.init.sft import fitting, init_device, sft_config, sft_train

@@ -62,8 +62,8 @@ from selskill.agent.turn_format import TurnFormat, render_action, render_skill_c
 from selskill.benchmarks.alfworld import load_alfworld_skills
 from selskill.benchmarks.alfworld.env import AlfworldEnv, GameIndex, GameRecord, find_games
 from selskill.benchmarks.alfworld.expert import Expert, TaskSpec, task_spec, type_of
+from selskill.benchmarks.alfworld.init_config import DemoBudget, DemoMix
 from selskill.benchmarks.alfworld.turn_format import AlfworldTurnFormat
-from selskill.config.init import DemoBudget, DemoMix
 from selskill.envs.base import EnvError
 
 # The format the offline policy is trained and sampled with (the runner must use the same).

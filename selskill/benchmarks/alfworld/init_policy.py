@@ -33,7 +33,8 @@ from pathlib import Path
 from selskill.benchmarks.alfworld import load_alfworld_skills
 from selskill.benchmarks.alfworld.dagger import DaggerRun, continued_from, run_dagger, save_relabelled
 from selskill.benchmarks.alfworld.demos import ALFWORLD_PROMPTS, build_demos, tokenizer_corpus
-from selskill.config.init import AlfworldDemos, DaggerSettings, InitTraining
+from selskill.benchmarks.alfworld.init_config import AlfworldDemos, DaggerSettings
+from selskill.config.init import InitTraining
 from selskill.data.inputs import changed_settings
 from selskill.init.demos import DemoPrompts
 from selskill.init.sft import (
@@ -272,9 +273,9 @@ def build_from_recipe(
         out,
         games_dir=recipe.settings.games_dir,
         seed=recipe.seed,
-        demos=recipe.init.alfworld_demos(),
+        demos=recipe.settings.alfworld_demos(),
         training=recipe.init.training(),
-        dagger=recipe.init.dagger(recipe.rollout.action_choice),
+        dagger=recipe.settings.dagger(recipe.rollout.action_choice),
         prompts=DemoPrompts(fmt, recipe.rollout.listing_style, library, retriever),
     )
 

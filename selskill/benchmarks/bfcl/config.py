@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from hashlib import sha256
 
+from selskill.benchmarks.bfcl.init_config import BfclInitKeys
 from selskill.config.checks import bad_value, check_choice
 
 # BFCL multi-turn: four categories of the same 200 scenarios, split by scenario index
@@ -34,7 +35,7 @@ def split_scenarios(
 
 
 @dataclass
-class BfclConfig:
+class BfclConfig(BfclInitKeys):
     """BFCL multi-turn from bfcl-eval's shipped data (`benchmark: bfcl`); splits train and test."""
 
     _argument_group_name = "benchmark bfcl"  # its heading in `--help`
@@ -74,6 +75,7 @@ class BfclConfig:
     )
 
     def __post_init__(self):
+        super().__post_init__()
         cats = self.categories
         if not cats or any(c not in CATEGORIES for c in cats) or len(set(cats)) != len(cats):
             raise bad_value(

@@ -46,7 +46,7 @@ from selskill.benchmarks.bfcl.episode import (
     render_calls,
     render_end_turn,
 )
-from selskill.config.init import BfclDemoMix
+from selskill.benchmarks.bfcl.init_config import BfclDemoMix
 from selskill.envs.calls import Call, parse_one_call
 from selskill.init.demos import Demo, DemoPrompts, DemoReport, DemoSetup
 from selskill.skills import CallStep, Skill, SkillLibrary

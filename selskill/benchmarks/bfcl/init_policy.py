@@ -20,7 +20,8 @@ from pathlib import Path
 
 from selskill.benchmarks.bfcl import load_bfcl_skills
 from selskill.benchmarks.bfcl.demos import BFCL_PROMPTS, bfcl_tokenizer_corpus, build_bfcl_demos
-from selskill.config.init import BfclDemoMix, InitTraining
+from selskill.benchmarks.bfcl.init_config import BfclDemoMix
+from selskill.config.init import InitTraining
 from selskill.init.demos import DemoPrompts
 from selskill.init.sft import (
     TrainedDemos,
@@ -131,13 +132,13 @@ def build_from_recipe(
         categories=bfcl.categories,
         scenarios=bfcl.split("train"),
         withheld_callable=bfcl.bfcl_withheld_callable,
-        task_ids=train_tasks(recipe.init.init_bfcl_tasks),
+        task_ids=train_tasks(recipe.settings.init_bfcl_tasks),
     )
     return build_bfcl_init_policy(
         out,
         tasks=tasks,
         seed=recipe.seed,
-        mix=recipe.init.bfcl_demo_mix(),
+        mix=recipe.settings.bfcl_demo_mix(),
         training=recipe.init.training(),
         prompts=DemoPrompts(fmt, recipe.rollout.listing_style, library, retriever),
     )

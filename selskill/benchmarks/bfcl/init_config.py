@@ -1,0 +1,74 @@
+"""BFCL's init keys: which train tasks its ground-truth demonstrations play, and the skill mix.
+
+`BfclDemoMix` holds the defaults; the `init_bfcl_*` keys take theirs from it and
+`bfcl_demo_mix` builds it. `BfclConfig`, the plugin's recipe section, carries these keys.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import asdict, dataclass, field
+
+from selskill.config.checks import bad_value, check_at_least
+
+# --- BFCL's demonstrations ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BfclDemoMix:
+    """Rates at which skill calls are mixed into BFCL's ground truth (`selskill.benchmarks.bfcl.demos`)."""
+
+    opening_memory: float = 0.5
+    useful: float = 0.8
+    reference_memory: float = 0.15
+    wrong_executable: float = 0.15
+    missing_function: float = 0.8
+
+    def __post_init__(self):
+        for name, value in asdict(self).items():
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"init_bfcl_{name} must be in [0, 1], got {value}")
+
+
+@dataclass
+class BfclInitKeys:
+    """The init keys of BFCL's recipe section."""
+
+    init_bfcl_tasks: int = field(
+        default=0,
+        metadata={
+            "help": "benchmark bfcl: train tasks demonstrated, the first N in the order the sample stage takes "
+            "them (0 = every task of the train split)"
+        },
+    )
+    init_bfcl_opening_memory: float = field(
+        default=BfclDemoMix.opening_memory, metadata={"help": "benchmark bfcl: see BfclDemoMix"}
+    )
+    init_bfcl_useful: float = field(
+        default=BfclDemoMix.useful, metadata={"help": "benchmark bfcl: see BfclDemoMix"}
+    )
+    init_bfcl_reference_memory: float = field(
+        default=BfclDemoMix.reference_memory, metadata={"help": "benchmark bfcl: see BfclDemoMix"}
+    )
+    init_bfcl_wrong_executable: float = field(
+        default=BfclDemoMix.wrong_executable, metadata={"help": "benchmark bfcl: see BfclDemoMix"}
+    )
+    init_bfcl_missing_function: float = field(
+        default=BfclDemoMix.missing_function, metadata={"help": "benchmark bfcl: see BfclDemoMix"}
+    )
+
+    def __post_init__(self):
+        check_at_least(self, 0, "init_bfcl_tasks", why="0 = every task of the train split")
+        for f in dataclasses.fields(BfclInitKeys):
+            value = getattr(self, f.name)
+            if isinstance(value, float) and not 0 <= value <= 1:
+                raise bad_value(f.name, value, "in [0, 1]", "a probability")
+
+    def bfcl_demo_mix(self) -> BfclDemoMix:
+        rates = self._prefixed("init_bfcl_")
+        del rates["tasks"]  # which tasks, not a rate: the builder's caller picks them
+        return BfclDemoMix(**rates)
+
+    def _prefixed(self, prefix: str) -> dict:
+        return {f.name[len(prefix) :]: getattr(self, f.name) for f in dataclasses.fields(self)
+                if f.name.startswith(prefix)}  # fmt: skip
