@@ -45,6 +45,12 @@ class ExplainedError(RuntimeError):
 
     status = 2  # the exit status of an entry point that ends on it
 
+    def __init__(self, *args: object, status: int | None = None):
+        """`status`: this error's exit status, where a class's own does not decide it (a relaunched process's)."""
+        super().__init__(*args)
+        if status is not None:
+            self.status = status
+
 
 def error_message(exc: BaseException | str) -> str:
     """The message of `exc` as an entry point prints it; an OSError names its file first."""

@@ -1,15 +1,10 @@
-"""How the recipe's rollout and games sections become objects for the stages that play episodes.
+"""How the recipe's rollout section becomes the episode runner every stage that plays episodes uses.
 
 Sampling, forking and evaluation must play with the same prompt, skill listing and
 budgets (a fork continues an episode under the exact conditions it was sampled under), so
-those knobs live in one `RolloutConfig` (`selskill.config.rollout`) and one `make_runner`.
-
-The recipe's `benchmark` picks the environment, and everything a stage needs of it comes
-from its spec (`selskill.agent.benchmarks`) through here: `game_index(run, split)` (the
-env's task index: `games` records with `task_id` and `task_type`, `by_id`, `skipped`,
-`patched`), `games_identity(run, splits)` (what those tasks are made of),
-`skill_library(env)`, `turn_format(rollout, env)` and `make_runner`, which reads the env
-off the index. Task ids are `<split>/<id>` in every env.
+those knobs live in one `RolloutConfig` (`selskill.config.rollout`) and one `make_runner`,
+which reads the env off the task index: its spec (`selskill.agent.benchmarks`) supplies
+the episode host, turn format and skills.
 
 The rollout section's `retrieval_*` keys reach the runner here too (`runner_library`,
 `retriever`): sample, fork and eval list skills the same way, so a fork's continuation sees
@@ -23,11 +18,9 @@ from collections.abc import Sequence
 
 from selskill.agent.benchmarks import DEFAULT_BENCHMARK, benchmark, benchmark_of_index
 from selskill.agent.eval_modes import prompt_setup
-from selskill.agent.runner import RunnerConfig
+from selskill.agent.runner import EpisodeSpec, RunnerConfig
 from selskill.agent.turn_format import TurnFormat
-from selskill.config.rollout import GamesConfig, RolloutConfig
-from selskill.config.run import PolicyConfig, RunConfig
-from selskill.data.layout import check_model_source, resolve_round_policy
+from selskill.config.rollout import RolloutConfig
 from selskill.skills import SkillLibrary
 from selskill.skills.distractors import library_of_size
 from selskill.skills.retrieval import RetrievalConfig, SkillRetriever
@@ -58,39 +51,6 @@ def runner_config(rollout: RolloutConfig, temperature: float, top_p: float = 1.0
         pseudo_skills=rollout.retrieval_pseudo_skills,
         pseudo_skill_tokens=rollout.retrieval_pseudo_max_new_tokens,
     )
-
-
-def sampling_policy_path(run: RunConfig, pol: PolicyConfig) -> str:
-    """Round r samples with the policy it starts from (see `resolve_round_policy`)."""
-    return resolve_round_policy(run, pol)[0]
-
-
-def load_policy(pol: PolicyConfig, path: str, rollout: RolloutConfig, seed: int = 0):
-    check_model_source(path, "the policy")
-    if pol.policy_backend == "vllm":
-        from selskill.policy.vllm_backend import VLLMPolicy
-
-        return VLLMPolicy(path, dtype=pol.policy_dtype, seed=seed, trust_remote_code=pol.trust_remote_code)
-    from selskill.policy.hf import HFPolicy
-
-    return HFPolicy(
-        path,
-        device=pol.policy_device,
-        dtype=pol.policy_dtype,
-        trust_remote_code=pol.trust_remote_code,
-        batch_size=rollout.policy_batch_size,
-    )
-
-
-def game_index(run: RunConfig, split: str):
-    """The tasks of split `split` of the recipe's benchmark."""
-    return benchmark(run.benchmark).task_index(run, split)
-
-
-def games_identity(run: RunConfig, splits: Sequence[str]) -> dict:
-    """What the tasks of each of `splits` are made of, as a stage records it (`StageInputs.games`)."""
-    identity = benchmark(run.benchmark).identity
-    return {split: identity(run, split) for split in splits}
 
 
 def skill_library(env: str = DEFAULT_BENCHMARK) -> SkillLibrary:
@@ -124,13 +84,6 @@ def eval_library(rollout: RolloutConfig, env: str, mode: str, listing_size: int 
     return prompt_setup(mode, library, turn_format(rollout, env), rollout.listing_style).library
 
 
-def task_texts(index, task_ids: Sequence[str]) -> dict[str, str]:
-    """The task each of `task_ids` states at its start (the env's `EnvState.task`, what task
-    retrieval reads), from one environment of the index's benchmark reset to each task."""
-    env = benchmark_of_index(index).env_factory(index)()
-    return {t: env.reset(t).task for t in task_ids}
-
-
 def retriever(rollout: RolloutConfig, library: SkillLibrary) -> SkillRetriever | None:
     """The rollout section's retrieval over `library`; None where every skill is listed."""
     if rollout.retrieval_mode == "all" or not len(library):
@@ -146,15 +99,6 @@ def retriever(rollout: RolloutConfig, library: SkillLibrary) -> SkillRetriever |
                 "--retrieval_scorer bm25"
             )
     return SkillRetriever(library, cfg)
-
-
-def ensure_games(
-    run: RunConfig, games: GamesConfig, splits: Sequence[str] = ("train", "valid_seen", "valid_unseen")
-) -> None:
-    """The one-off data the recipe's benchmark needs (ALFWorld's generated games), once."""
-    prepare = benchmark(run.benchmark).prepare
-    if prepare is not None:
-        prepare(run, games, splits)
 
 
 def make_runner(
@@ -189,3 +133,11 @@ def make_runner(
         skill_text=setup.skill_text,
         retriever=ret,
     )
+
+
+def play_episodes(runner, specs: Sequence[EpisodeSpec], desc: str) -> list[dict]:
+    """`runner.run(specs)` with a progress bar of the episodes as they end."""
+    from tqdm.auto import tqdm
+
+    with tqdm(total=len(specs), desc=desc, unit="ep", dynamic_ncols=True) as bar:
+        return runner.run(specs, progress=bar.update)
