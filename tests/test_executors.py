@@ -382,3 +382,19 @@ def test_local_workers_split_this_process_threads(monkeypatch):
     with ProcessPoolExecutor(1, mp_context=ctx, initializer=_use_threads, initargs=(2,)) as pool:
         # the tests' environment says OMP_NUM_THREADS=1: the worker's count comes from the executor
         assert pool.submit(_torch_threads).result(timeout=120) == 2
+
+
+def test_a_relaunched_train_stage_refused_for_its_input_exits_2_as_selskill_train_does(monkeypatch, capsys):
+    """The relaunched trainer prints its own error line; the stage ends with that process's status (2: the
+    input is bad, 1: the run failed), not always 1."""
+    import selskill.train.run as train_run
+    from selskill.errors import run_main
+    from selskill.stages.table import TrainStep
+
+    recipe = load_recipe(["--config", "recipes/tiny.yaml"])
+    for status in (2, 1):
+        monkeypatch.setattr(train_run, "launch_parsed", lambda *args, status=status: status)
+        assert run_main(lambda: TrainStep.of(recipe).run()) == status
+    assert "error: the train stage exited with status 2 (its error is above)" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="the train stage is one job"):
+        TrainStep.of(recipe).run(1, 2)

@@ -256,12 +256,12 @@ def test_branch_and_fork_refuse_a_missing_upstream_rank(tmp_path, tiny_model_dir
     pol = PolicyConfig(model_name_or_path=str(tiny_model_dir))
     run = _run(tmp_path, rank=0, world_size=2)
     with pytest.raises(FileNotFoundError, match=r"sample: rank 1 of world size 2 has not finished"):
-        BranchStep(run, pol, RolloutConfig(), BranchConfig(), 3).run(run.rank, run.world_size)
+        BranchStep(run, BranchConfig(), 3, policy=pol, rollout=RolloutConfig()).run(run.rank, run.world_size)
     _sample_rank(tmp_path, 1)
     branch = StageDir.of(run.runs_dir, "t", 1, "branch")
     run_rank(branch, "branch", run, StageInputs([run], 3, 1), _compute(branch_rows(2)))  # rank 0 of 2 only
     with pytest.raises(FileNotFoundError, match=r"branch: rank 1 of world size 2 has not finished"):
-        ForkStep(run, pol, RolloutConfig(), ForkConfig(), 3).run(run.rank, run.world_size)
+        ForkStep(run, ForkConfig(), 3, policy=pol, rollout=RolloutConfig()).run(run.rank, run.world_size)
 
 
 def test_ranks_left_from_a_larger_world_size_are_named(tmp_path):

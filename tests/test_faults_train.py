@@ -299,7 +299,7 @@ def test_a_redo_with_a_missing_upstream_rank_keeps_every_marker(tmp_path, tiny_m
         _sample_rank(tmp_path, rank)
     for rank in (0, 1):
         run = _run(tmp_path, rank=rank, world_size=2)
-        BranchStep(run, pol, RolloutConfig(), BranchConfig(), 3).run(run.rank, run.world_size)
+        BranchStep(run, BranchConfig(), 3, policy=pol, rollout=RolloutConfig()).run(run.rank, run.world_size)
         LabelStep(run, LabelConfig(label_kinds="episode"), 3).run(run.rank, run.world_size)
     sample = StageDir.of(tmp_path / "runs", "t", 1, "sample")
     branch, label = (StageDir.of(tmp_path / "runs", "t", 1, s) for s in ("branch", "label"))
@@ -310,7 +310,9 @@ def test_a_redo_with_a_missing_upstream_rank_keeps_every_marker(tmp_path, tiny_m
 
     redo = _run(tmp_path, rank=0, world_size=2, redo=True)
     with pytest.raises(FileNotFoundError, match=r"sample: rank 1 of world size 2 has not finished"):
-        BranchStep(redo, pol, RolloutConfig(), BranchConfig(), 3).run(redo.rank, redo.world_size)
+        BranchStep(redo, BranchConfig(), 3, policy=pol, rollout=RolloutConfig()).run(
+            redo.rank, redo.world_size
+        )
     with pytest.raises(FileNotFoundError, match=r"sample: rank 1 of world size 2 has not finished"):
         LabelStep(redo, LabelConfig(label_kinds="episode"), 3).run(redo.rank, redo.world_size)
     assert {"branch": _markers(branch), "label": _markers(label)} == before

@@ -116,7 +116,7 @@ class FakeExecutor:
                             rows.append(_fork_row(run.exp, run.round, src, b, arm, k, plan, recipe.seed + k))
                 _finish_stage(fork, "fork", rows)
             else:
-                stage.run(recipe, 0, 1)
+                stage.of(recipe).run(0, 1)
 
 
 def _argv(runs, *more):

@@ -5,8 +5,8 @@ dead holder never blocks a rerun) that names it; a second writer is refused nami
 holder. A reader gets a stage's shards only when every rank is complete: each shard is
 the one its completion marker describes (bytes and sha256), every rank of the recorded
 world size is there, no shard lies outside it, and all ranks recorded the same inputs.
-Every stage that reads another one, train included, reads it here (docs/design.md,
-"The stage contract").
+Every stage that reads another one, train included, reads it here, and so do the API and
+the report (docs/design.md, "The stage contract"); the writer's half is `rank_writer.py`.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ verl's agent loop returns its typed output); a stage adds what says which episod
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, make_dataclass
 
 
 class _Row:
@@ -59,30 +59,6 @@ class Turn(_Row):
     listed: list[str]
 
 
-@dataclass
-class Episode(_Row):
-    """One played episode as the runner records it: per-token lists, outcome, turns and messages."""
-
-    token_ids: list[int]
-    logprob: list[float]
-    entropy: list[float]
-    role: list[int]
-    turn: list[int]
-    n_prompt_tokens: int
-    split: str
-    success: bool
-    env_steps: int
-    n_turns: int
-    n_skill_calls: int
-    n_precise_calls: int
-    n_malformed: int
-    termination: str
-    error: str | None
-    turns: list[Turn]
-    messages: str
-    pseudo_skills: list[str]
-
-
 def _with_episode(cls, episode: dict, identity: dict):
     """A `cls` row of the runner's `episode` and the `identity` fields: a field neither gives, or one `cls`
     does not have, fails here (TypeError naming it)."""
@@ -124,6 +100,16 @@ class Rollout(_Row):
     def of_episode(cls, episode: dict, **identity) -> Rollout:
         """The rollout row of a sampled or evaluated `episode`; `identity`: which episode it is."""
         return _with_episode(cls, episode, identity)
+
+
+# what says which rollout a row is; the rest of its fields are what the runner played
+_WHICH_ROLLOUT = ("rollout_id", "run", "round", "task_id", "task_type", "sample_idx", "policy_id", "seed")
+
+# One played episode as the runner records it: per-token lists, outcome, turns and messages (the
+# rollout's fields, in its order, but those that say which rollout it is).
+Episode = make_dataclass(
+    "Episode", [(f.name, f.type) for f in fields(Rollout) if f.name not in _WHICH_ROLLOUT], bases=(_Row,)
+)
 
 
 @dataclass

@@ -21,11 +21,9 @@ import functools
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from selskill.agent.turn_format import render_skill_call
-from selskill.config.rollout import RolloutConfig
-from selskill.config.run import PolicyConfig, RunConfig
+from selskill.config.run import RunConfig
 from selskill.config.stages import BranchConfig
 from selskill.data.contract import read_stage
 from selskill.data.inputs import StageInputs
@@ -33,7 +31,7 @@ from selskill.data.rank_writer import run_rank
 from selskill.data.records import BranchPoint
 from selskill.data.stage_stats import StageStats
 from selskill.stages.policy_source import load_policy, sampling_policy_path
-from selskill.stages.round_step import RoundStep
+from selskill.stages.round_step import PolicyStep
 from selskill.stages.sharding import shard_items, stable_seed
 
 CODE_VERSION = 1  # bump when a change alters the rows this stage writes (completed ranks are then refused)
@@ -107,22 +105,10 @@ def likeliest_skill(policy, prefix_ids: list[int], skill_names) -> str:
 
 
 @dataclass
-class BranchStep(RoundStep):
+class BranchStep(PolicyStep):
     name = "branch"
     doc = "the decision points worth forking"
-
-    run_config: RunConfig
-    policy: PolicyConfig
-    rollout: RolloutConfig
-    cfg: BranchConfig
-    seed: int
-    report_to: Any = "none"
-
-    @classmethod
-    def of(cls, recipe) -> BranchStep:
-        return cls(
-            recipe.run, recipe.policy, recipe.rollout, recipe.branch, recipe.seed, recipe.train.report_to
-        )
+    section = "branch"
 
     def points(self, run: RunConfig, row: dict, likeliest: Callable, stats: StageStats) -> list[BranchPoint]:
         """The chosen branch points of one rollout; `likeliest(row, offset, listed)` picks an ordinary point's

@@ -20,24 +20,22 @@ import functools
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from selskill.agent.benchmarks import DEFAULT_BENCHMARK, benchmark
 from selskill.agent.runner import EpisodeSpec
 from selskill.config.rollout import RolloutConfig
-from selskill.config.run import PolicyConfig, RunConfig
+from selskill.config.run import RunConfig
 from selskill.config.stages import EvalConfig
 from selskill.data.contract import read_stage
 from selskill.data.inputs import StageInputs
 from selskill.data.rank_writer import run_rank
-from selskill.data.records import Rollout
 from selskill.data.shards import write_json_atomic
 from selskill.data.stage_stats import StageStats
 from selskill.headroom import invoked_skills, skill_headroom
 from selskill.metrics import compute_metrics, metrics_by_task_type
 from selskill.stages.policy_source import eval_policy_path, load_policy
-from selskill.stages.round_step import RoundStep
-from selskill.stages.runner_setup import eval_library, make_runner, play_episodes
+from selskill.stages.round_step import PolicyStep
+from selskill.stages.runner_setup import eval_library, make_runner, play_episodes, rollout_row
 from selskill.stages.sharding import shard_items, stable_seed
 from selskill.stages.task_source import (
     balanced_tasks,
@@ -95,20 +93,11 @@ def evaluate_rows(
             )
             for t in mine
         ]
-        for spec, episode in zip(specs, play_episodes(runner, specs, f"eval {split}"), strict=True):
-            rows.append(
-                Rollout.of_episode(
-                    episode,
-                    rollout_id=spec.episode_id,
-                    run=run.exp,
-                    round=run.round,
-                    task_id=spec.task_id,
-                    task_type=spec.meta["task_type"],
-                    sample_idx=0,
-                    policy_id=policy.policy_id,
-                    seed=spec.seed,
-                ).to_row()
-            )
+        episodes = play_episodes(runner, specs, f"eval {split}")
+        rows += [
+            rollout_row(spec, episode, run, policy.policy_id)
+            for spec, episode in zip(specs, episodes, strict=True)
+        ]
     return rows
 
 
@@ -161,27 +150,16 @@ def format_headroom(split: str, h: dict) -> str:
 
 
 @dataclass
-class EvalStep(RoundStep):
+class EvalStep(PolicyStep):
     """Evaluate this rank's tasks (with `eval_headroom`, then its no-skills share); the last rank to
     finish writes metrics.json for the round. `model_path`: the policy to play instead of round r's
     trained model (the init stage's round-0 eval)."""
 
     name = "eval"
     doc = "greedy episodes on the held-out splits"
+    section = "eval"
 
-    run_config: RunConfig
-    policy: PolicyConfig
-    rollout: RolloutConfig
-    cfg: EvalConfig
-    seed: int
-    report_to: Any = "none"
     model_path: str | None = None
-
-    @classmethod
-    def of(cls, recipe) -> EvalStep:
-        return cls(
-            recipe.run, recipe.policy, recipe.rollout, recipe.eval, recipe.seed, recipe.train.report_to
-        )
 
     def stage_names(self) -> list[str]:
         return [self.cfg.stage, self.cfg.headroom_stage] if self.cfg.eval_headroom else [self.cfg.stage]

@@ -13,20 +13,17 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
 
 from selskill.agent.runner import EpisodeSpec, ForkStart
 from selskill.agent.turn_format import forced_prefix, render_skill_call
-from selskill.config.rollout import RolloutConfig
-from selskill.config.run import PolicyConfig, RunConfig
-from selskill.config.stages import ForkConfig
+from selskill.config.run import RunConfig
 from selskill.data.contract import read_stage
 from selskill.data.inputs import StageInputs
 from selskill.data.rank_writer import recorded_games, run_rank
 from selskill.data.records import BranchPoint, Fork
 from selskill.data.stage_stats import StageStats
 from selskill.stages.policy_source import load_policy, sampling_policy_path
-from selskill.stages.round_step import RoundStep
+from selskill.stages.round_step import PolicyStep
 from selskill.stages.runner_setup import make_runner, play_episodes
 from selskill.stages.sharding import shard_items, stable_seed
 from selskill.stages.task_source import game_index, games_identity, record_skipped_games
@@ -91,22 +88,10 @@ def fork_row(episode: dict, spec: EpisodeSpec, round_: int) -> Fork:
 
 
 @dataclass
-class ForkStep(RoundStep):
+class ForkStep(PolicyStep):
     name = "fork"
     doc = "invoke and skip continuations from each point"
-
-    run_config: RunConfig
-    policy: PolicyConfig
-    rollout: RolloutConfig
-    cfg: ForkConfig
-    seed: int
-    report_to: Any = "none"
-
-    @classmethod
-    def of(cls, recipe) -> ForkStep:
-        return cls(
-            recipe.run, recipe.policy, recipe.rollout, recipe.fork, recipe.seed, recipe.train.report_to
-        )
+    section = "fork"
 
     def specs(
         self, run: RunConfig, branches: list[BranchPoint], sources: dict[str, dict]

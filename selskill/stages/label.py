@@ -38,10 +38,9 @@ import json
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any
 
 from selskill.config.run import RunConfig
-from selskill.config.stages import LABEL_ARM_RULES, LabelConfig
+from selskill.config.stages import LABEL_ARM_RULES
 from selskill.data.contract import read_stage
 from selskill.data.inputs import StageInputs
 from selskill.data.rank_writer import run_rank
@@ -251,15 +250,7 @@ class LabelStep(RoundStep):
 
     name = "label"
     doc = "preference pairs: outcome, then efficiency"
-
-    run_config: RunConfig
-    cfg: LabelConfig
-    seed: int
-    report_to: Any = "none"
-
-    @classmethod
-    def of(cls, recipe) -> LabelStep:
-        return cls(recipe.run, recipe.label, recipe.seed, recipe.train.report_to)
+    section = "label"
 
     @property
     def local(self) -> bool:

@@ -1,28 +1,41 @@
-"""What every sharded stage of a round shares as a step: its directory, its ranks' completion, and its wandb log.
+"""What every sharded stage of a round shares as a step: its sections, directory, ranks' completion and wandb log.
 
-A stage's step holds the recipe sections it reads (`of`). `run(rank, world_size)` computes
-that rank through the run-directory contract (`selskill.data.rank_writer.run_rank`), then
-logs the stage to wandb if this process finds every rank complete
-(`selskill.stages.wandb_log`): whichever executor ran the ranks, the last one to finish logs.
+A stage's step holds the recipe sections it reads (`of`): the run section, its own
+(`section` names it), the seed and where to report, and for a stage that plays the policy
+the policy and rollout sections too (`PolicyStep`). `run(rank, world_size)` computes that
+rank through the run-directory contract (`selskill.data.rank_writer.run_rank`), then logs
+the stage to wandb if this process finds every rank complete (`selskill.stages.wandb_log`):
+whichever executor ran the ranks, the last one to finish logs.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from abc import abstractmethod
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
-from selskill.config.run import RunConfig
+from selskill.config.rollout import RolloutConfig
+from selskill.config.run import PolicyConfig, RunConfig
 from selskill.data.layout import StageDir
 from selskill.executors.base import Step
 from selskill.stages.wandb_log import log_stage
 
 
+@dataclass
 class RoundStep(Step):
-    """A sharded stage; a subclass is a dataclass with a `run_config` (the run section) and `report_to`."""
+    """A sharded stage: `cfg` is its own recipe section (`recipe.<section>`), `report_to` the train section's."""
+
+    section: ClassVar[str] = ""
 
     run_config: RunConfig
-    report_to: Any
+    cfg: Any
+    seed: int
+    report_to: Any = "none"
+
+    @classmethod
+    def of(cls, recipe) -> RoundStep:
+        return cls(recipe.run, getattr(recipe, cls.section), recipe.seed, recipe.train.report_to)
 
     @abstractmethod
     def compute(self, run: RunConfig) -> Any:
@@ -56,3 +69,22 @@ class RoundStep(Step):
         out = self.compute(run)
         self.log(run)
         return out
+
+
+@dataclass(kw_only=True)
+class PolicyStep(RoundStep):
+    """A sharded stage that plays or scores with the policy (sample, branch, fork, eval)."""
+
+    policy: PolicyConfig
+    rollout: RolloutConfig
+
+    @classmethod
+    def of(cls, recipe) -> PolicyStep:
+        return cls(
+            recipe.run,
+            getattr(recipe, cls.section),
+            recipe.seed,
+            recipe.train.report_to,
+            policy=recipe.policy,
+            rollout=recipe.rollout,
+        )

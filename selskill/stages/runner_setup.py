@@ -21,6 +21,8 @@ from selskill.agent.eval_modes import prompt_setup
 from selskill.agent.runner import EpisodeSpec, RunnerConfig
 from selskill.agent.turn_format import TurnFormat
 from selskill.config.rollout import RolloutConfig
+from selskill.config.run import RunConfig
+from selskill.data.records import Rollout
 from selskill.skills import SkillLibrary
 from selskill.skills.distractors import library_of_size
 from selskill.skills.retrieval import RetrievalConfig, SkillRetriever
@@ -141,3 +143,19 @@ def play_episodes(runner, specs: Sequence[EpisodeSpec], desc: str) -> list[dict]
 
     with tqdm(total=len(specs), desc=desc, unit="ep", dynamic_ncols=True) as bar:
         return runner.run(specs, progress=bar.update)
+
+
+def rollout_row(spec: EpisodeSpec, episode: dict, run: RunConfig, policy_id: str) -> dict:
+    """The rollout row of `spec`'s played `episode` (sample and eval: `spec.meta` holds the task type
+    and, for a sample, its index `k`)."""
+    return Rollout.of_episode(
+        episode,
+        rollout_id=spec.episode_id,
+        run=run.exp,
+        round=run.round,
+        task_id=spec.task_id,
+        task_type=spec.meta["task_type"],
+        sample_idx=spec.meta.get("k", 0),
+        policy_id=policy_id,
+        seed=spec.seed,
+    ).to_row()

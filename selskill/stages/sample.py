@@ -7,19 +7,15 @@ branch stage scores and the fork stage continues from.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from selskill.agent.runner import EpisodeSpec
-from selskill.config.rollout import RolloutConfig
-from selskill.config.run import PolicyConfig, RunConfig
-from selskill.config.stages import SampleConfig
+from selskill.config.run import RunConfig
 from selskill.data.inputs import StageInputs
 from selskill.data.rank_writer import run_rank
-from selskill.data.records import Rollout
 from selskill.data.stage_stats import StageStats
 from selskill.stages.policy_source import load_policy, sampling_policy_path
-from selskill.stages.round_step import RoundStep
-from selskill.stages.runner_setup import make_runner, play_episodes
+from selskill.stages.round_step import PolicyStep
+from selskill.stages.runner_setup import make_runner, play_episodes, rollout_row
 from selskill.stages.sharding import shard_items, stable_seed
 from selskill.stages.task_source import games_identity, task_list
 
@@ -31,22 +27,10 @@ def rollout_id(round_: int, task_id: str, k: int) -> str:
 
 
 @dataclass
-class SampleStep(RoundStep):
+class SampleStep(PolicyStep):
     name = "sample"
     doc = "K rollouts per task from round r-1's policy"
-
-    run_config: RunConfig
-    policy: PolicyConfig
-    rollout: RolloutConfig
-    cfg: SampleConfig
-    seed: int
-    report_to: Any = "none"
-
-    @classmethod
-    def of(cls, recipe) -> SampleStep:
-        return cls(
-            recipe.run, recipe.policy, recipe.rollout, recipe.sample, recipe.seed, recipe.train.report_to
-        )
+    section = "sample"
 
     def specs(self, run: RunConfig, tasks: list[str], index) -> list[EpisodeSpec]:
         """The rank's episodes: `sample_k` of each of its tasks, each seeded by what it is."""
@@ -78,19 +62,7 @@ class SampleStep(RoundStep):
                 stats.tokens += len(episode["token_ids"])
                 if episode["termination"] == "error":
                     stats.failures["env_error"] += 1
-                out.append(
-                    Rollout.of_episode(
-                        episode,
-                        rollout_id=spec.episode_id,
-                        run=run.exp,
-                        round=run.round,
-                        task_id=spec.task_id,
-                        task_type=spec.meta["task_type"],
-                        sample_idx=spec.meta["k"],
-                        policy_id=policy.policy_id,
-                        seed=spec.seed,
-                    ).to_row()
-                )
+                out.append(rollout_row(spec, episode, run, policy.policy_id))
             tps = policy.stats()
             stats.extra.update(
                 generated_tokens=tps.generated_tokens,

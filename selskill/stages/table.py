@@ -95,9 +95,8 @@ class InitStep(Step):
         start = resolve_round_policy(run, recipe.policy)[0]
         if not round_dir(run.runs_dir, run.exp, 0).is_symlink():
             run0 = dataclasses.replace(run, round=0, rank=0, world_size=1, redo=False)
-            EvalStep(
-                run0, recipe.policy, recipe.rollout, recipe.eval, recipe.seed, recipe.train.report_to, start
-            ).run()
+            step = EvalStep.of(recipe)
+            dataclasses.replace(step, run_config=run0, model_path=start).run()
         return built
 
 
