@@ -110,6 +110,8 @@ class BranchStep(PolicyStep):
     doc = "the decision points worth forking"
     section = "branch"
 
+    cfg: BranchConfig  # its own section (the field of `RoundStep`, typed)
+
     def points(self, run: RunConfig, row: dict, likeliest: Callable, stats: StageStats) -> list[BranchPoint]:
         """The chosen branch points of one rollout; `likeliest(row, offset, listed)` picks an ordinary point's
         candidate skill."""

@@ -159,6 +159,8 @@ class EvalStep(PolicyStep):
     doc = "greedy episodes on the held-out splits"
     section = "eval"
 
+    cfg: EvalConfig  # its own section (the field of `RoundStep`, typed)
+
     model_path: str | None = None
 
     def stage_names(self) -> list[str]:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from selskill.agent.runner import EpisodeSpec, ForkStart
 from selskill.agent.turn_format import forced_prefix, render_skill_call
 from selskill.config.run import RunConfig
+from selskill.config.stages import ForkConfig
 from selskill.data.contract import read_stage
 from selskill.data.inputs import StageInputs
 from selskill.data.rank_writer import recorded_games, run_rank
@@ -92,6 +93,8 @@ class ForkStep(PolicyStep):
     name = "fork"
     doc = "invoke and skip continuations from each point"
     section = "fork"
+
+    cfg: ForkConfig  # its own section (the field of `RoundStep`, typed)
 
     def specs(
         self, run: RunConfig, branches: list[BranchPoint], sources: dict[str, dict]

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from selskill.config.run import RunConfig
-from selskill.config.stages import LABEL_ARM_RULES
+from selskill.config.stages import LABEL_ARM_RULES, LabelConfig
 from selskill.data.contract import read_stage
 from selskill.data.inputs import StageInputs
 from selskill.data.rank_writer import run_rank
@@ -251,6 +251,8 @@ class LabelStep(RoundStep):
     name = "label"
     doc = "preference pairs: outcome, then efficiency"
     section = "label"
+
+    cfg: LabelConfig  # its own section (the field of `RoundStep`, typed)
 
     @property
     def local(self) -> bool:

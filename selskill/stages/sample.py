@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from selskill.agent.runner import EpisodeSpec
 from selskill.config.run import RunConfig
+from selskill.config.stages import SampleConfig
 from selskill.data.inputs import StageInputs
 from selskill.data.rank_writer import run_rank
 from selskill.data.stage_stats import StageStats
@@ -31,6 +32,8 @@ class SampleStep(PolicyStep):
     name = "sample"
     doc = "K rollouts per task from round r-1's policy"
     section = "sample"
+
+    cfg: SampleConfig  # its own section (the field of `RoundStep`, typed)
 
     def specs(self, run: RunConfig, tasks: list[str], index) -> list[EpisodeSpec]:
         """The rank's episodes: `sample_k` of each of its tasks, each seeded by what it is."""

@@ -15,9 +15,10 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from selskill.config import Recipe, load_recipe
+from selskill.config.run import PolicyConfig, RunConfig
 from selskill.data.gguf_source import is_gguf_source
 from selskill.data.layout import policy_dir, resolve_round_policy, round_dir
 from selskill.errors import run_main
@@ -27,6 +28,9 @@ from selskill.stages.evaluate import EvalStep
 from selskill.stages.fork import ForkStep
 from selskill.stages.label import LabelStep
 from selskill.stages.sample import SampleStep
+
+if TYPE_CHECKING:  # the train section imports TRL
+    from selskill.config.train import TrainConfig
 
 
 def ensure_init_policy(recipe: Recipe) -> Path | None:
@@ -109,9 +113,9 @@ class TrainStep(Step):
     doc = "DPO on the round's pairs (accelerate parallelises it)"
     sharded = False
 
-    run_config: Any
-    policy: Any
-    train: Any
+    run_config: RunConfig
+    policy: PolicyConfig
+    train: TrainConfig
     argv: tuple[str, ...] | None = None
 
     @classmethod
