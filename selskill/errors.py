@@ -9,7 +9,8 @@ value or path (`ValueError`, `FileNotFoundError`, `FileExistsError`), or an inpu
 conflicts with what is on disk (an `ExplainedError`: a rank refused for other recorded inputs
 or another writer, a shard that does not match its marker). Exit status 1: the command ran
 and failed (`StageFailed`: ranks that raised; any other `OSError`, such as a full disk,
-which names the file). A module of an extra the install lacks exits 2 naming the extra to
+which names the file). An error that stands for a relaunched process carries that process's
+status (`status=`), so the same bad input exits 2 however it was reached. A module of an extra the install lacks exits 2 naming the extra to
 add. Any other exception is a bug and keeps its traceback.
 """
 
