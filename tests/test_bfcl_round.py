@@ -64,8 +64,8 @@ def round_dir(tmp_path_factory):
     from selskill.config.init import BfclDemoMix, InitTraining, SftSchedule
     from selskill.init.bfcl import BfclTrainTasks, build_bfcl_init_policy
     from selskill.init.demos import DemoPrompts
-    from selskill.stages.context import turn_format
     from selskill.stages.round import run_round
+    from selskill.stages.runner_setup import turn_format
 
     root = tmp_path_factory.mktemp("bfcl_round")
     recipe_path = root / "recipe.yaml"

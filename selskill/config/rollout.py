@@ -1,6 +1,6 @@
 """The games section (generated households) and the rollout section (how an episode is played
 and written), which sample, fork and eval share: a fork continues an episode under the exact
-conditions it was sampled under. `selskill.stages.context` turns them into a turn format and
+conditions it was sampled under. `selskill.stages.runner_setup` turns them into a turn format and
 a runner."""
 
 from __future__ import annotations
