@@ -64,7 +64,7 @@ import json, os, sys
 from pathlib import Path
 
 from selskill.data.layout import StageDir
-from selskill.stages.common import collect_stats
+from selskill.data.stage_stats import collect_stats
 
 runs, round_s, vllm_exp, round_rc = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
 

@@ -9,7 +9,8 @@ value or path (`ValueError`, `FileNotFoundError`, `FileExistsError`), or an inpu
 conflicts with what is on disk (an `ExplainedError`: a rank refused for other recorded inputs
 or another writer, a shard that does not match its marker). Exit status 1: the command ran
 and failed (`StageFailed`: ranks that raised; any other `OSError`, such as a full disk,
-which names the file). A module of an extra the install lacks exits 2 naming the extra to
+which names the file). An error that stands for a relaunched process carries that process's
+status (`status=`), so the same bad input exits 2 however it was reached. A module of an extra the install lacks exits 2 naming the extra to
 add. Any other exception is a bug and keeps its traceback.
 """
 
@@ -44,6 +45,12 @@ class ExplainedError(RuntimeError):
     """An error whose message says what is wrong and the fix: entry points print it without a traceback."""
 
     status = 2  # the exit status of an entry point that ends on it
+
+    def __init__(self, *args: object, status: int | None = None):
+        """`status`: this error's exit status, where a class's own does not decide it (a relaunched process's)."""
+        super().__init__(*args)
+        if status is not None:
+            self.status = status
 
 
 def error_message(exc: BaseException | str) -> str:

@@ -65,8 +65,8 @@ def round_dir(tmp_path_factory):
     from selskill.config import load_recipe
     from selskill.config.init import InitTraining, SftSchedule
     from selskill.init.demos import DemoPrompts
-    from selskill.stages.context import turn_format
     from selskill.stages.round import run_round
+    from selskill.stages.runner_setup import turn_format
 
     root = tmp_path_factory.mktemp("bfcl_round")
     recipe_path = root / "recipe.yaml"

@@ -173,7 +173,17 @@ def _stand_in_slurm(tmp_path, monkeypatch, squeue_body: str) -> Path:
 def test_slurm_wait_returns_once_the_markers_are_complete_and_fails_on_a_job_gone_without_them(
     tmp_path, monkeypatch
 ):
-    from selskill.executors.base import Stage, StageFailed
+    from selskill.executors.base import StageFailed, Step
+
+    def polled(name: str, done):
+        # a step whose markers are complete when `done()` says so, and whose run does nothing
+        members = {
+            "name": name,
+            "of": classmethod(lambda cls, recipe: cls()),
+            "run": lambda self, rank=0, world_size=1: None,
+            "complete": lambda self: done(),
+        }
+        return type(f"Polled{name}", (Step,), members)
 
     recipe = load_recipe(["--config", "recipes/tiny.yaml", "--runs_dir", str(tmp_path / "runs")])
     looks = tmp_path / "looks"
@@ -181,15 +191,15 @@ def test_slurm_wait_returns_once_the_markers_are_complete_and_fails_on_a_job_gon
     _stand_in_slurm(
         tmp_path, monkeypatch, f"echo x >> {looks}\n[ $(wc -l < {looks}) -le 3 ] && echo 77\nexit 0\n"
     )
-    done = lambda r: looks.exists() and len(looks.read_text().splitlines()) >= 2  # noqa: E731
+    done = lambda: looks.exists() and len(looks.read_text().splitlines()) >= 2  # noqa: E731
     lines = []
     executor = SlurmExecutor(wait=True, poll_seconds=0.01, out=lines.append)
-    executor.run(recipe, [Stage("sample", lambda r: None, complete=done)])
+    executor.run(recipe, [polled("sample", done)])
     assert executor.waits and lines[-1].startswith("sample: complete (job 77")
     assert len(looks.read_text().splitlines()) == 2  # it stopped looking once the markers were there
 
     looks.unlink()
-    never = Stage("fork", lambda r: None, complete=lambda r: False)
+    never = polled("fork", lambda: False)
     with pytest.raises(
         StageFailed, match="fork: job 77 left the queue before every rank.*Rerun the same command"
     ):
@@ -207,12 +217,12 @@ def test_slurm_wait_is_a_recipe_key_and_dry_run_never_waits():
 
 def test_the_table_says_when_a_stage_is_complete(tmp_path):
     recipe = load_recipe(["--config", "recipes/tiny.yaml", "--runs_dir", str(tmp_path), "--world_size", "2"])
-    assert BY_NAME["init"].complete is None  # its job's end says it
-    assert not BY_NAME["fork"].complete(recipe)
+    assert BY_NAME["init"].complete_in(recipe) is None  # its job's end says it
+    assert not BY_NAME["fork"].complete_in(recipe)
     train = tmp_path / "tiny/round_1/train"
     train.mkdir(parents=True)
     (train / "COMPLETED").write_text("")
-    assert BY_NAME["train"].complete(recipe)
+    assert BY_NAME["train"].complete_in(recipe)
 
 
 def test_worker_argv_drops_the_scheduling_keys():
@@ -372,3 +382,19 @@ def test_local_workers_split_this_process_threads(monkeypatch):
     with ProcessPoolExecutor(1, mp_context=ctx, initializer=_use_threads, initargs=(2,)) as pool:
         # the tests' environment says OMP_NUM_THREADS=1: the worker's count comes from the executor
         assert pool.submit(_torch_threads).result(timeout=120) == 2
+
+
+def test_a_relaunched_train_stage_refused_for_its_input_exits_2_as_selskill_train_does(monkeypatch, capsys):
+    """The relaunched trainer prints its own error line; the stage ends with that process's status (2: the
+    input is bad, 1: the run failed), not always 1."""
+    import selskill.train.run as train_run
+    from selskill.errors import run_main
+    from selskill.stages.table import TrainStep
+
+    recipe = load_recipe(["--config", "recipes/tiny.yaml"])
+    for status in (2, 1):
+        monkeypatch.setattr(train_run, "launch_parsed", lambda *args, status=status: status)
+        assert run_main(lambda: TrainStep.of(recipe).run()) == status
+    assert "error: the train stage exited with status 2 (its error is above)" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="the train stage is one job"):
+        TrainStep.of(recipe).run(1, 2)

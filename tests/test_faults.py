@@ -28,10 +28,12 @@ from selskill.config import PolicyConfig, RunConfig
 from selskill.data.contract import StageRefused, read_stage
 from selskill.data.inputs import StageInputs, changed_settings
 from selskill.data.layout import StageDir, check_model_source, resolve_round_policy
+from selskill.data.rank_writer import run_rank
 from selskill.data.shards import ShardError
-from selskill.stages.common import StageStats, collect_stats, run_rank
-from selskill.stages.label import LabelConfig, run_label
-from selskill.stages.sample import SampleConfig, task_list
+from selskill.data.stage_stats import StageStats, collect_stats
+from selskill.stages.label import LabelConfig, LabelStep
+from selskill.stages.sample import SampleConfig
+from selskill.stages.task_source import task_list
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled"}
@@ -241,26 +243,26 @@ def test_label_refuses_a_sample_stage_with_a_missing_rank(tmp_path):
     _sample_rank(tmp_path, 0)
     run = _run(tmp_path, rank=0, world_size=2)
     with pytest.raises(FileNotFoundError, match=r"sample: rank 1 of world size 2 has not finished.*--rank R"):
-        run_label(run, LabelConfig(label_kinds="episode"), seed=3)
+        LabelStep(run, LabelConfig(label_kinds="episode"), 3).run(run.rank, run.world_size)
     _sample_rank(tmp_path, 1)
-    assert run_label(run, LabelConfig(label_kinds="episode"), seed=3) is True
+    assert LabelStep(run, LabelConfig(label_kinds="episode"), 3).run(run.rank, run.world_size) is True
 
 
 def test_branch_and_fork_refuse_a_missing_upstream_rank(tmp_path, tiny_model_dir):
-    from selskill.stages.branch import BranchConfig, run_branch
-    from selskill.stages.context import RolloutConfig
-    from selskill.stages.fork import ForkConfig, run_fork
+    from selskill.config.rollout import RolloutConfig
+    from selskill.stages.branch import BranchConfig, BranchStep
+    from selskill.stages.fork import ForkConfig, ForkStep
 
     _sample_rank(tmp_path, 0)
     pol = PolicyConfig(model_name_or_path=str(tiny_model_dir))
     run = _run(tmp_path, rank=0, world_size=2)
     with pytest.raises(FileNotFoundError, match=r"sample: rank 1 of world size 2 has not finished"):
-        run_branch(run, pol, RolloutConfig(), BranchConfig(), seed=3)
+        BranchStep(run, BranchConfig(), 3, policy=pol, rollout=RolloutConfig()).run(run.rank, run.world_size)
     _sample_rank(tmp_path, 1)
     branch = StageDir.of(run.runs_dir, "t", 1, "branch")
     run_rank(branch, "branch", run, StageInputs([run], 3, 1), _compute(branch_rows(2)))  # rank 0 of 2 only
     with pytest.raises(FileNotFoundError, match=r"branch: rank 1 of world size 2 has not finished"):
-        run_fork(run, pol, RolloutConfig(), ForkConfig(), seed=3)
+        ForkStep(run, ForkConfig(), 3, policy=pol, rollout=RolloutConfig()).run(run.rank, run.world_size)
 
 
 def test_ranks_left_from_a_larger_world_size_are_named(tmp_path):
@@ -345,7 +347,8 @@ def test_model_errors_name_the_input_and_the_fix(tmp_path, monkeypatch):
 
 
 def test_loading_an_empty_policy_directory_names_it(tmp_path):
-    from selskill.stages.context import RolloutConfig, load_policy
+    from selskill.config.rollout import RolloutConfig
+    from selskill.stages.policy_source import load_policy
 
     with pytest.raises(FileNotFoundError, match=rf"the policy {tmp_path} is not a saved model"):
         load_policy(PolicyConfig(), str(tmp_path), RolloutConfig())

@@ -28,12 +28,12 @@ from selskill.data import manifest
 from selskill.data.contract import StageRefused
 from selskill.data.inputs import StageInputs
 from selskill.data.layout import StageDir, check_model_source
+from selskill.data.rank_writer import run_rank
 from selskill.data.shards import ShardError
 from selskill.errors import error_message, run_main
 from selskill.executors import StageFailed
-from selskill.stages.common import run_rank
-from selskill.stages.context import games_identity
 from selskill.stages.table import stage_main
+from selskill.stages.task_source import games_identity
 
 # --- games identified by content -----------------------------------------------------------------------
 

@@ -294,17 +294,17 @@ def _markers(stage: StageDir) -> dict[int, str]:
 
 
 def test_a_redo_with_a_missing_upstream_rank_keeps_every_marker(tmp_path, tiny_model_dir, capsys):
-    from selskill.stages.branch import BranchConfig, run_branch
-    from selskill.stages.context import RolloutConfig
-    from selskill.stages.label import LabelConfig, run_label
+    from selskill.config.rollout import RolloutConfig
+    from selskill.stages.branch import BranchConfig, BranchStep
+    from selskill.stages.label import LabelConfig, LabelStep
 
     pol = PolicyConfig(model_name_or_path=str(tiny_model_dir))
     for rank in (0, 1):
         _sample_rank(tmp_path, rank)
     for rank in (0, 1):
         run = _run(tmp_path, rank=rank, world_size=2)
-        run_branch(run, pol, RolloutConfig(), BranchConfig(), seed=3)
-        run_label(run, LabelConfig(label_kinds="episode"), seed=3)
+        BranchStep(run, BranchConfig(), 3, policy=pol, rollout=RolloutConfig()).run(run.rank, run.world_size)
+        LabelStep(run, LabelConfig(label_kinds="episode"), 3).run(run.rank, run.world_size)
     sample = StageDir.of(tmp_path / "runs", "t", 1, "sample")
     branch, label = (StageDir.of(tmp_path / "runs", "t", 1, s) for s in ("branch", "label"))
     before = {"branch": _markers(branch), "label": _markers(label)}
@@ -314,9 +314,11 @@ def test_a_redo_with_a_missing_upstream_rank_keeps_every_marker(tmp_path, tiny_m
 
     redo = _run(tmp_path, rank=0, world_size=2, redo=True)
     with pytest.raises(FileNotFoundError, match=r"sample: rank 1 of world size 2 has not finished"):
-        run_branch(redo, pol, RolloutConfig(), BranchConfig(), seed=3)
+        BranchStep(redo, BranchConfig(), 3, policy=pol, rollout=RolloutConfig()).run(
+            redo.rank, redo.world_size
+        )
     with pytest.raises(FileNotFoundError, match=r"sample: rank 1 of world size 2 has not finished"):
-        run_label(redo, LabelConfig(label_kinds="episode"), seed=3)
+        LabelStep(redo, LabelConfig(label_kinds="episode"), 3).run(redo.rank, redo.world_size)
     assert {"branch": _markers(branch), "label": _markers(label)} == before
     assert all(s.is_complete(r) for s in (branch, label) for r in (0, 1))
 

@@ -149,8 +149,9 @@ def test_eval_headroom_needs_a_mode_with_skills():
 def test_the_eval_scores_the_task_as_the_env_states_it_against_the_listed_library(small_games):
     from selskill.benchmarks.alfworld.env import AlfworldEnv
     from selskill.config import RolloutConfig, RunConfig
-    from selskill.stages.context import runner_library
-    from selskill.stages.evaluate import headroom_summary, split_index
+    from selskill.stages.evaluate import headroom_summary
+    from selskill.stages.runner_setup import runner_library
+    from selskill.stages.task_source import split_index
 
     run, rollout = RunConfig(exp="t"), RolloutConfig(max_decisions=9)
     cfg = EvalConfig(eval_splits="train", eval_headroom=True, eval_mode="explicit_skip")
@@ -233,16 +234,16 @@ def test_the_eval_stage_records_the_option_and_writes_the_headroom(recipe, tmp_p
     assert h["counts"] == want["counts"] and h["net_gain"] == want["net_gain"]
     # the round counts the eval complete only with its no-skills share; a rerun completes that alone
     with_option = load_recipe(["--config", str(recipe), "--eval_headroom", "true"])
-    assert BY_NAME["eval"].complete(with_option)
+    assert BY_NAME["eval"].complete_in(with_option)
     partner.marker(0).unlink()
     (eval_dir.path / "metrics.json").unlink()
-    assert not BY_NAME["eval"].complete(with_option) and BY_NAME["eval"].complete(
+    assert not BY_NAME["eval"].complete_in(with_option) and BY_NAME["eval"].complete_in(
         load_recipe(["--config", str(recipe)])
     )
     capsys.readouterr()
     assert stage_main("eval", ["--config", str(recipe), "--eval_headroom", "true"]) == 0
     assert "eval: rank 0 already complete, skipping" in capsys.readouterr().err
-    assert BY_NAME["eval"].complete(with_option) and _rows(partner) == without
+    assert BY_NAME["eval"].complete_in(with_option) and _rows(partner) == without
     assert json.loads((eval_dir.path / "metrics.json").read_text())["headroom"] == metrics["headroom"]
     # a rerun without the option is a changed input: refused, naming it
     assert stage_main("eval", ["--config", str(recipe), "--eval_headroom", "false"]) == 2

@@ -10,7 +10,7 @@ from selskill.config import LabelConfig, RunConfig
 from selskill.data.contract import StageRefused, read_stage
 from selskill.data.layout import StageDir, round_dir
 from selskill.stages import agreement as agr
-from selskill.stages.label import run_label
+from selskill.stages.label import LabelStep
 
 
 @pytest.fixture
@@ -58,7 +58,7 @@ def test_the_arm_rule_is_a_recorded_input_of_the_label_stage(runs):
 
     shutil.rmtree(StageDir.of(runs, "main", 1, "label").path)  # the fixture's label records no inputs
     run = RunConfig(exp="main", runs_dir=str(runs), round=1)
-    assert run_label(run, LabelConfig(), seed=0) is True
+    assert LabelStep(run, LabelConfig(), 0).run(run.rank, run.world_size) is True
     stage = StageDir.of(runs, "main", 1, "label")
     assert stage.read_marker(0)["inputs"]["label_arm_rule"] == "best"
 
@@ -67,11 +67,13 @@ def test_the_arm_rule_is_a_recorded_input_of_the_label_stage(runs):
 
     # b4: invoke wins 1 of 2 in 2 steps, skip 1 of 1 in 9
     assert arm(read_stage(stage, "pair", 1).to_pylist(), "/b4") == "invoke"
-    assert run_label(run, LabelConfig(), seed=0) is False  # same rule: skipped
+    assert LabelStep(run, LabelConfig(), 0).run(run.rank, run.world_size) is False  # same rule: skipped
     with pytest.raises(StageRefused, match="label_arm_rule: 'best' -> 'success_rate'"):
-        run_label(run, LabelConfig(label_arm_rule="success_rate"), seed=0)
+        LabelStep(run, LabelConfig(label_arm_rule="success_rate"), 0).run(run.rank, run.world_size)
     redo = RunConfig(exp="main", runs_dir=str(runs), round=1, redo=True)
-    assert run_label(redo, LabelConfig(label_arm_rule="success_rate"), seed=0) is True
+    assert (
+        LabelStep(redo, LabelConfig(label_arm_rule="success_rate"), 0).run(redo.rank, redo.world_size) is True
+    )
     assert arm(read_stage(stage, "pair", 1).to_pylist(), "/b4") == "skip"
     with pytest.raises(ValueError, match="label_arm_rule must be one of best, success_rate"):
         LabelConfig(label_arm_rule="majority")
@@ -114,7 +116,7 @@ class FakeExecutor:
                             rows.append(_fork_row(run.exp, run.round, src, b, arm, k, plan, recipe.seed + k))
                 _finish_stage(fork, "fork", rows)
             else:
-                stage.run(recipe, 0, 1)
+                stage.of(recipe).run(0, 1)
 
 
 def _argv(runs, *more):
@@ -152,7 +154,7 @@ def test_label_agreement_refuses_what_cannot_be_compared(runs):
     import shutil
 
     shutil.rmtree(StageDir.of(runs, "main", 1, "label").path)
-    run_label(RunConfig(exp="main", runs_dir=str(runs), round=1), LabelConfig(), seed=0)
+    LabelStep(RunConfig(exp="main", runs_dir=str(runs), round=1), LabelConfig(), 0).run()
     with pytest.raises(StageRefused, match=r"round 1 of main does not match this recipe: .*label_arm_rule"):
         agr.run_label_agreement(_argv(runs, "--label_arm_rule", "success_rate"), executor=FakeExecutor())
     assert not (round_dir(runs, "main-refork-seed1", 1) / "fork").exists()

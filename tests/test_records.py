@@ -85,3 +85,30 @@ def test_a_shard_of_an_older_schema_names_the_stage_to_rerun(fixture_rows, tmp_p
     with pytest.raises(ShardError, match=r"rerun the sample stage .*round_1/sample\) with --redo"):
         read_shard(stage.shard(0), "rollout", "sample")
     write_shard(fixture_rows["sample"], stage.shard(1), "rollout")  # the current rows pass
+
+
+WHICH_ROLLOUT = ("rollout_id", "run", "round", "task_id", "task_type", "sample_idx", "policy_id", "seed")
+
+
+def test_a_rollout_row_is_its_episode_plus_which_episode_it_was(fixture_rows):
+    from selskill.data.records import Episode
+
+    assert _names(Episode) == [n for n in SCHEMAS["rollout"].names if n not in WHICH_ROLLOUT]
+    row = fixture_rows["sample"][0]
+    episode = {k: v for k, v in row.items() if k not in WHICH_ROLLOUT}
+    which = {k: row[k] for k in WHICH_ROLLOUT}
+    assert Rollout.of_episode(episode, **which).to_row() == row
+    with pytest.raises(TypeError, match="sample_idx"):  # a field neither side gives
+        Rollout.of_episode(episode, **{k: v for k, v in which.items() if k != "sample_idx"})
+    with pytest.raises(TypeError, match="sample_id"):  # a misspelt one
+        Rollout.of_episode(episode, **which, sample_id=0)
+    with pytest.raises(KeyError, match="termination"):  # an episode the runner did not finish writing
+        Rollout.of_episode({k: v for k, v in episode.items() if k != "termination"}, **which)
+
+
+def test_a_fork_row_is_its_episode_plus_its_branch_point_arm_and_after_branch_counts(fixture_rows):
+    row = fixture_rows["fork"][0]
+    played = set(SCHEMAS["rollout"].names) - set(WHICH_ROLLOUT)
+    episode = {k: v for k, v in row.items() if k in played} | {"n_prompt_tokens": 7}  # not a fork column
+    which = {k: v for k, v in row.items() if k not in played}
+    assert Fork.of_episode(episode, **which).to_row() == row

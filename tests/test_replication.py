@@ -9,8 +9,8 @@ from fixtures_run import write_fixture_run
 
 from selskill.config import RunConfig
 from selskill.data.layout import StageDir, round_dir
+from selskill.data.rank_writer import write_stage_config
 from selskill.stages import replication as rep
-from selskill.stages.common import write_stage_config
 
 
 @pytest.fixture

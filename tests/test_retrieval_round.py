@@ -107,7 +107,7 @@ def _host(run) -> EpisodeHost:
     from transformers import AutoTokenizer
 
     from selskill.config import load_recipe
-    from selskill.stages.context import make_runner
+    from selskill.stages.runner_setup import make_runner
 
     recipe = load_recipe(["--config", str(run.recipe)])
     policy = SimpleNamespace(tokenizer=AutoTokenizer.from_pretrained(run.model))

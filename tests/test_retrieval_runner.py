@@ -27,8 +27,8 @@ from selskill.data.schema import _TURN
 from selskill.policy.base import Generation
 from selskill.skills import render_listing
 from selskill.skills.retrieval import RetrievalConfig, SkillRetriever
-from selskill.stages.context import padded_library, retriever, runner_library
 from selskill.stages.fork import fork_start
+from selskill.stages.runner_setup import padded_library, retriever, runner_library
 
 FMT = AlfworldTurnFormat(style="compact", admissible_style="local")
 OWN = load_alfworld_skills()
@@ -189,7 +189,7 @@ def test_listing_noise_lists_bfcls_skills_padded_to_each_app_f_size():
 
 
 def test_make_runner_wires_the_recipe_keys(tokenizer, index):
-    from selskill.stages.context import make_runner
+    from selskill.stages.runner_setup import make_runner
 
     policy = Script(tokenizer, [])
     plain = make_runner(policy, index, RolloutConfig(), 1.0, settings=None)

@@ -171,7 +171,7 @@ def write_label_stage(
     from selskill.config import RunConfig
     from selskill.data.inputs import StageInputs
     from selskill.data.layout import StageDir
-    from selskill.stages.common import run_rank
+    from selskill.data.rank_writer import run_rank
 
     stage = StageDir.of(runs_dir, exp, round_, "label")
     for rank, rows in enumerate(shards):

@@ -14,7 +14,7 @@ system prompt shows. Only evaluation uses them: sampling and forking always play
   purpose is "no other skill applies". Its calls are skill calls in every metric: they
   cost a turn and go through the tool like any other call.
 - `listing_noise` (SelSkill's App. F): the usual listing of a library that the caller has
-  padded with distractor skills (`selskill.stages.context.runner_library`, to
+  padded with distractor skills (`selskill.stages.runner_setup.runner_library`, to
   `eval_listing_size`); here it is the `skills` mode, since only the library differs.
 - `capability_check` (SkillDreamer's Capability-aware Skill Invocation, Table 7): the usual
   listing plus the paper's instruction to write SUBGOAL / EVIDENCE / CAPABILITY / DECISION /

@@ -41,7 +41,7 @@ from selskill.agent.parser import parse_turn
 from selskill.agent.transcript import after_skill
 from selskill.agent.turn_format import TOOL_CALL_OPEN, TurnFormat
 from selskill.config.rollout import ENV_STEP_CAP, MAX_DECISIONS
-from selskill.data.records import Turn
+from selskill.data.records import Episode, Turn
 from selskill.data.schema import ROLE_ASSISTANT, ROLE_OBSERVATION, ROLE_PROMPT, ROLE_SKILL_RETURN
 from selskill.envs.base import Env, EnvError
 from selskill.policy.base import GenerationRequest, Policy, SamplingParams
@@ -659,25 +659,25 @@ class EpisodeRunner:
 
 
 def episode_row(ep: _Episode) -> dict:
-    """Per-token lists + outcome, in the fields shared by the rollout and fork schemas."""
+    """Per-token lists + outcome: the `Episode` record, the fields shared by the rollout and fork rows."""
     calls = [t for t in ep.turns if TOOL_CALL_OPEN in (t["text"] or "")]
-    return {
-        "token_ids": ep.ids,
-        "logprob": ep.logprob,
-        "entropy": ep.entropy,
-        "role": ep.role,
-        "turn": ep.turn,
-        "n_prompt_tokens": ep.n_prompt_tokens,
-        "split": ep.spec.split,
-        "success": ep.won,
-        "env_steps": ep.env_steps,
-        "n_turns": len(ep.turns),
-        "n_skill_calls": len(calls),
-        "n_precise_calls": sum(1 for t in calls if t["exec_precise"]),
-        "n_malformed": sum(1 for t in ep.turns if t["kind"] == "malformed"),
-        "termination": ep.termination,
-        "error": ep.error,
-        "turns": ep.turns,
-        "messages": json.dumps(ep.messages, ensure_ascii=False),
-        "pseudo_skills": list(ep.spec.pseudo_skills),
-    }
+    return Episode(
+        token_ids=ep.ids,
+        logprob=ep.logprob,
+        entropy=ep.entropy,
+        role=ep.role,
+        turn=ep.turn,
+        n_prompt_tokens=ep.n_prompt_tokens,
+        split=ep.spec.split,
+        success=ep.won,
+        env_steps=ep.env_steps,
+        n_turns=len(ep.turns),
+        n_skill_calls=len(calls),
+        n_precise_calls=sum(1 for t in calls if t["exec_precise"]),
+        n_malformed=sum(1 for t in ep.turns if t["kind"] == "malformed"),
+        termination=ep.termination,
+        error=ep.error,
+        turns=[Turn.from_row(t) for t in ep.turns],
+        messages=json.dumps(ep.messages, ensure_ascii=False),
+        pseudo_skills=list(ep.spec.pseudo_skills),
+    ).to_row()

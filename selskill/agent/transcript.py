@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from selskill.agent.turn_format import TurnFormat
 from selskill.envs.base import EnvState
+from selskill.skills.step_records import NO_EFFECT_FEEDBACK as INVALID_TURN_FEEDBACK
 
-INVALID_TURN_FEEDBACK = "Nothing happens."
 # What the runner sends the engine for a malformed turn: never admissible, so the engine
 # answers "Nothing happens." and counts the step exactly as for any invalid command.
 MALFORMED_COMMAND = "<malformed turn>"

@@ -25,9 +25,9 @@ def _train(args: argparse.Namespace) -> int:
 
 def _init(args: argparse.Namespace) -> int:
     from selskill.config import load_recipe
-    from selskill.stages.context import ensure_games
     from selskill.stages.round import format_summary, round_summary
     from selskill.stages.table import BY_NAME, describe_only, ensure_init_policy
+    from selskill.stages.task_source import ensure_games
 
     recipe = load_recipe(args.recipe_args)
     if recipe.train.dry_run:
@@ -42,7 +42,7 @@ def _init(args: argparse.Namespace) -> int:
             print("model_name_or_path is set: the recipe starts from that model, no init policy to build")
         return 0
     recipe = recipe.with_run(round=1, rank=0, world_size=1)  # the init stage is round 1's first stage
-    path = BY_NAME["init"].run(recipe)
+    path = BY_NAME["init"].of(recipe).run()
     print(f"init policy: {path}")
     print(format_summary(round_summary(recipe.with_run(round=0).run)))
     return 0

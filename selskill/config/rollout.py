@@ -1,5 +1,6 @@
-"""The rollout section (how an episode is played and written), which sample, fork and eval share: a fork continues an episode under the exact
-conditions it was sampled under. `selskill.stages.context` turns them into a turn format and
+"""The rollout section (how an episode is played and written), which sample, fork and eval share: a
+fork continues an episode under the exact conditions it was sampled under. `selskill.stages.runner_setup`
+turns them into a turn format and
 a runner."""
 
 from __future__ import annotations

@@ -5,8 +5,8 @@ dead holder never blocks a rerun) that names it; a second writer is refused nami
 holder. A reader gets a stage's shards only when every rank is complete: each shard is
 the one its completion marker describes (bytes and sha256), every rank of the recorded
 world size is there, no shard lies outside it, and all ranks recorded the same inputs.
-Every stage that reads another one, train included, reads it here (docs/design.md,
-"The stage contract").
+Every stage that reads another one, train included, reads it here, and so do the API and
+the report (docs/design.md, "The stage contract"); the writer's half is `rank_writer.py`.
 """
 
 from __future__ import annotations
@@ -15,14 +15,14 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
 from selskill.data.inputs import changed_settings
 from selskill.data.layout import StageDir
 from selskill.data.shards import ShardError, read_shards
-from selskill.errors import ExplainedError
+from selskill.errors import ExplainedError, error_message
 
 logger = logging.getLogger(__name__)
 
@@ -146,6 +146,22 @@ def check_stage(stage: StageDir, world_size: int | None = None, kind: str = "") 
     return [stage.shard(r) for r in sorted(markers)]
 
 
-def read_stage(stage: StageDir, kind: str, world_size: int | None = None):
-    """All shards of a completed upstream stage as one table, once `check_stage` has verified them."""
-    return read_shards(check_stage(stage, world_size, kind), kind, stage.path.name)
+def read_stage(
+    stage: StageDir, kind: str, world_size: int | None = None, columns: Sequence[str] | None = None
+):
+    """All shards of a completed upstream stage as one table, once `check_stage` has verified them
+    (`columns`: only these)."""
+    return read_shards(check_stage(stage, world_size, kind), kind, stage.path.name, columns)
+
+
+def read_stage_as_is(stage: StageDir, kind: str, columns: Sequence[str] | None = None) -> tuple:
+    """(the shards of `stage` as one table, why the contract does not verify them or None).
+
+    A report of an unfinished run is the point of running it early, so it reads what is
+    there and says why it is unverified; every stage reads `read_stage`. A shard that
+    cannot be read at all still fails (`ShardError`).
+    """
+    try:
+        return read_stage(stage, kind, columns=columns), None
+    except (OSError, ExplainedError) as exc:
+        return read_shards(stage.shard_files(), kind, stage.path.name, columns), error_message(exc)

@@ -132,7 +132,7 @@ class StageInputs:
     `configs` are the recipe sections the stage reads (keys in `not_inputs` left out),
     `code_version` the stage module's `CODE_VERSION` (bump it when a change alters its
     output), `policy` the model it runs, `upstream` the stages of the same round it reads,
-    `games` what the tasks it plays are made of, per split (`context.games_identity`):
+    `games` what the tasks it plays are made of, per split (`selskill.stages.task_source.games_identity`):
     content, not path, so regenerated games in the same folder are a changed input.
     """
 

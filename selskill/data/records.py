@@ -1,14 +1,17 @@
 """Typed rows: one dataclass per schema of `selskill.data.schema`, field for field, in order.
 
-Shards hold plain dicts (what pyarrow reads and writes); code that builds or reads a row
-through these names its fields once, so a misspelt or forgotten column fails where the row
-is made rather than as a null in the shard. `tests/test_records.py` keeps the fields equal
-to the schemas' names.
+Shards hold plain dicts (what pyarrow reads and writes); every row a stage writes is built
+through these, so a misspelt or forgotten column fails where the row is made rather than
+as a null in the shard. `tests/test_records.py` keeps the fields equal to the schemas' names.
+
+The episode runner returns an `Episode` (the fields the rollout and fork rows share, as
+verl's agent loop returns its typed output); a stage adds what says which episode it was
+(`Rollout.of_episode`, `Fork.of_episode`), so that part of a row is written in one place.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, make_dataclass
 
 
 class _Row:
@@ -56,6 +59,14 @@ class Turn(_Row):
     listed: list[str]
 
 
+def _with_episode(cls, episode: dict, identity: dict):
+    """A `cls` row of the runner's `episode` and the `identity` fields: a field neither gives, or one `cls`
+    does not have, fails here (TypeError naming it)."""
+    names = {f.name for f in fields(cls)}
+    played = {k: v for k, v in vars(Episode.from_row(episode)).items() if k in names}
+    return cls(**played, **identity)
+
+
 @dataclass
 class Rollout(_Row):
     rollout_id: str
@@ -84,6 +95,21 @@ class Rollout(_Row):
     turns: list[Turn]
     messages: str
     pseudo_skills: list[str]
+
+    @classmethod
+    def of_episode(cls, episode: dict, **identity) -> Rollout:
+        """The rollout row of a sampled or evaluated `episode`; `identity`: which episode it is."""
+        return _with_episode(cls, episode, identity)
+
+
+# what says which rollout a row is; the rest of its fields are what the runner played
+_WHICH_ROLLOUT = ("rollout_id", "run", "round", "task_id", "task_type", "sample_idx", "policy_id", "seed")
+
+# One played episode as the runner records it: per-token lists, outcome, turns and messages (the
+# rollout's fields, in its order, but those that say which rollout it is).
+Episode = make_dataclass(
+    "Episode", [(f.name, f.type) for f in fields(Rollout) if f.name not in _WHICH_ROLLOUT], bases=(_Row,)
+)
 
 
 @dataclass
@@ -135,6 +161,12 @@ class Fork(_Row):
     env_steps_after_branch: int
     steps_after_branch: int
     malformed_after_branch: int
+
+    @classmethod
+    def of_episode(cls, episode: dict, **identity) -> Fork:
+        """The fork row of a continuation `episode` (its prompt length is the source's, not kept);
+        `identity`: which branch point, arm and continuation it is, and what happened after the branch."""
+        return _with_episode(cls, episode, identity)
 
 
 @dataclass

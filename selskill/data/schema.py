@@ -204,3 +204,17 @@ def validate_table(table: pa.Table, kind: str) -> None:
         for name, length in zip(group[1:], lengths[1:], strict=True):
             if pc.all(pc.equal(lengths[0], length)).as_py() not in (True, None):
                 raise SchemaError(f"{kind} rows: {name} does not have one entry per token of {group[0]}")
+
+
+def validate_columns(table: pa.Table, kind: str) -> None:
+    """A projection of `kind` rows (a reader that needs a few columns): each column there, of its schema's type."""
+    schema = SCHEMAS[kind]
+    wrong = [
+        n
+        for n in table.schema.names
+        if n not in schema.names or table.schema.field(n).type != schema.field(n).type
+    ]
+    if wrong:
+        raise SchemaError(
+            f"{kind} rows: columns {wrong} are not the {kind} schema's (missing or of another type)"
+        )

@@ -18,7 +18,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from selskill.data.schema import SCHEMAS, validate_table
+from selskill.data.schema import SCHEMAS, validate_columns, validate_table
 from selskill.errors import ExplainedError
 
 
@@ -132,13 +132,16 @@ def shard_digest(path: str | Path) -> dict:
     }
 
 
-def read_shard(path: str | Path, kind: str, stage: str | None = None) -> pa.Table:
+def read_shard(
+    path: str | Path, kind: str, stage: str | None = None, columns: Sequence[str] | None = None
+) -> pa.Table:
     """`stage`: the name of the stage that wrote the shard, for the fix an error names (a reader is often
-    another stage, so "rerun the stage" alone would point at the wrong one)."""
+    another stage, so "rerun the stage" alone would point at the wrong one); `columns`: only these (a
+    small read of a large shard), each checked against the schema."""
     path = Path(path)
     writer = f"the {stage} stage" if stage else "the stage that wrote it"
     try:
-        table = pq.read_table(path)
+        table = pq.read_table(path, columns=None if columns is None else list(columns))
     except (OSError, pa.ArrowException) as exc:
         raise ShardError(
             f"cannot read shard {path}: {exc}. The file is truncated or corrupt: delete it and its completion "
@@ -146,7 +149,10 @@ def read_shard(path: str | Path, kind: str, stage: str | None = None) -> pa.Tabl
             f"(or rerun it with --redo)."
         ) from exc
     try:
-        validate_table(table, kind)
+        if columns is None:
+            validate_table(table, kind)
+        else:
+            validate_columns(table, kind)
     except ValueError as exc:
         raise ShardError(
             f"shard {path} does not match the {kind} schema: {exc}. Shards written by an older selskill lack "
@@ -155,9 +161,12 @@ def read_shard(path: str | Path, kind: str, stage: str | None = None) -> pa.Tabl
     return table
 
 
-def read_shards(paths: Sequence[str | Path], kind: str, stage: str | None = None) -> pa.Table:
-    """All shards of a stage as one table, in rank order."""
-    tables = [read_shard(p, kind, stage) for p in sorted(paths)]
+def read_shards(
+    paths: Sequence[str | Path], kind: str, stage: str | None = None, columns: Sequence[str] | None = None
+) -> pa.Table:
+    """All shards of a stage as one table, in rank order (`columns`: only these)."""
+    tables = [read_shard(p, kind, stage, columns) for p in sorted(paths)]
     if not tables:
-        return SCHEMAS[kind].empty_table()
+        empty = SCHEMAS[kind].empty_table()
+        return empty if columns is None else empty.select(list(columns))
     return pa.concat_tables(tables)

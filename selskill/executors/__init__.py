@@ -8,9 +8,9 @@ the `local_*`, `slurm_*` and `ray_*` keys of the executor section (`selskill.con
 from __future__ import annotations
 
 from selskill.config.names import EXECUTORS
-from selskill.executors.base import Executor, Stage, StageFailed
+from selskill.executors.base import Executor, StageFailed, Step
 
-__all__ = ["EXECUTORS", "Executor", "Stage", "StageFailed", "make_executor"]
+__all__ = ["EXECUTORS", "Executor", "StageFailed", "Step", "make_executor"]
 
 
 def make_executor(recipe) -> Executor:

@@ -1,20 +1,20 @@
-"""What every executor shares: the stage type, the executor interface, and how a worker runs one rank.
+"""What every executor shares: the step type, the executor interface, and how a worker runs one rank.
 
-A stage is a function of the parsed recipe that computes one rank of its output
-(`Stage.run(recipe, rank, world_size)`). It writes through the run-directory contract
-(`selskill.stages.common.run_rank`: a lock per rank, outputs renamed into place, the
-completion marker last), so an executor never decides what to skip: it starts every rank,
-and a rank whose marker verifies with this recipe's inputs returns at once. That is what
-makes executors interchangeable and a crashed round resumable under any of them: rerun
-the same command, with the same or another executor.
+A stage is a step (datatrove's `PipelineStep`): built from the recipe sections it reads
+(`Step.of(recipe)`), it computes one rank of its output (`step.run(rank, world_size)`). It
+writes through the run-directory contract (`selskill.data.rank_writer.run_rank`: a lock per
+rank, outputs renamed into place, the completion marker last), so an executor never decides
+what to skip: it starts every rank, and a rank whose marker verifies with this recipe's
+inputs returns at once. That is what makes executors interchangeable and a crashed round
+resumable under any of them: rerun the same command, with the same or another executor.
 
-Out-of-process workers (local worker processes, Ray tasks, Slurm array tasks) rebuild the
-recipe from its command line (`Recipe.argv`) instead of receiving the parsed objects:
-`TrainConfig` caches the device it was parsed on, and under `accelerate` or DeepSpeed the
-configs must be built after the distributed state exists, so a worker on another machine
-must parse for itself. One path for every worker also means the local multi-process run
-checks that the command line alone rebuilds what a rank needs, which is all a Slurm array
-task gets.
+Out-of-process workers (local worker processes, Ray tasks, Slurm array tasks) receive the
+recipe as its command line (`Recipe.argv`) and the step's class, and build the recipe once
+there: `TrainConfig` caches the device it was parsed on, and under `accelerate` or DeepSpeed
+the configs must be built after the distributed state exists, so a worker on another
+machine must parse for itself. One path for every worker also means the local
+multi-process run checks that the command line alone rebuilds what a rank needs, which is
+all a Slurm array task gets.
 """
 
 from __future__ import annotations
@@ -24,8 +24,7 @@ import shlex
 import sys
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from selskill.errors import ExplainedError
 
@@ -33,39 +32,52 @@ if TYPE_CHECKING:
     from selskill.config import Recipe
 
 
-@dataclass(frozen=True)
-class Stage:
-    """One entry of a round's table.
+class Step(ABC):
+    """One entry of a round's table: a stage built from its recipe sections, run one rank at a time.
 
-    `sharded`: the stage splits its items over `run.world_size` ranks (sample, branch,
-    fork, label, eval). A stage that is not runs as one job that parallelises itself, if
-    at all (train relaunches under `accelerate`; init builds one model), and sees the
-    recipe unchanged. `fn` must be a module-level function: workers receive it pickled.
+    `sharded`: the stage splits its items over `world_size` ranks (sample, branch, fork,
+    label, eval). A stage that is not runs as one job that parallelises itself, if at all
+    (train relaunches under `accelerate`; init builds one model). Workers receive the class
+    (pickled by reference) and build the step from the recipe they parse.
     """
 
-    name: str
-    fn: Callable[[Recipe], Any]
-    sharded: bool = True
-    doc: str = ""
-    # whether every output of the stage is on disk for this recipe (its completion markers):
-    # what an executor that queues jobs polls when it waits; None: only the job's end says it
-    complete: Callable[[Recipe], bool] | None = None
+    name: ClassVar[str] = ""
+    doc: ClassVar[str] = ""
+    sharded: ClassVar[bool] = True
 
-    def ranks(self, recipe: Recipe) -> int:
-        return recipe.run.world_size if self.sharded else 1
+    @classmethod
+    @abstractmethod
+    def of(cls, recipe: Recipe) -> Step:
+        """This stage of `recipe`, holding only the sections it reads."""
 
-    def gpus(self, per_task: float, one_job: float) -> float:
-        """GPUs a task of this stage asks for: `per_task` for a rank, `one_job` (when set) for a one-job stage."""
-        return one_job if not self.sharded and one_job else per_task
+    @abstractmethod
+    def run(self, rank: int = 0, world_size: int = 1) -> Any:
+        """Compute rank `rank` of `world_size` (a stage that is not sharded: rank 0 of 1)."""
 
-    def run(self, recipe: Recipe, rank: int = 0, world_size: int = 1) -> Any:
-        if self.sharded:
-            return self.fn(recipe.with_run(rank=rank, world_size=world_size))
+    def complete(self) -> bool | None:
+        """Whether every output of the stage is on disk (its completion markers): what an executor that queues
+        jobs polls when it waits; None: only the job's end says."""
+        return None
+
+    def one_job(self, rank: int, world_size: int) -> None:
+        """Refuse a rank of a stage that is not sharded."""
         if (rank, world_size) != (0, 1):
             raise ValueError(
                 f"the {self.name} stage is one job (rank 0 of 1); got rank {rank} of {world_size}"
             )
-        return self.fn(recipe)
+
+    @classmethod
+    def complete_in(cls, recipe: Recipe) -> bool | None:
+        return cls.of(recipe).complete()
+
+    @classmethod
+    def ranks(cls, recipe: Recipe) -> int:
+        return recipe.run.world_size if cls.sharded else 1
+
+    @classmethod
+    def gpus(cls, per_task: float, one_job: float) -> float:
+        """GPUs a task of this stage asks for: `per_task` for a rank, `one_job` (when set) for a one-job stage."""
+        return one_job if not cls.sharded and one_job else per_task
 
 
 DRY_RUN_DONE = "dry run: nothing was written or submitted, and nothing computed"
@@ -104,7 +116,7 @@ def worker_argv(argv: list[str], drop: tuple[str, ...] = ()) -> list[str]:
     return out
 
 
-def rank_command(recipe: Recipe, stage: Stage, rank: str, python: str = sys.executable) -> str:
+def rank_command(recipe: Recipe, stage: type[Step], rank: str, python: str = sys.executable) -> str:
     """The command that computes rank `rank` (a number or a shell variable) of `stage`, as a worker runs it."""
     drop = ("rank", "world_size") if stage.sharded else ()
     cmd = shlex.join([python, "-m", "selskill.stages", stage.name, *worker_argv(recipe_argv(recipe), drop)])
@@ -123,17 +135,17 @@ def recipe_argv(recipe: Recipe) -> list[str]:
     return list(recipe.argv)
 
 
-def run_rank_from_argv(stage: Stage, argv: Sequence[str], rank: int, world_size: int, cwd: str) -> None:
-    """One rank in a worker process: parse the recipe here, from the directory the round was started in
+def run_rank_from_argv(stage: type[Step], argv: Sequence[str], rank: int, world_size: int, cwd: str) -> None:
+    """One rank in a worker process: build the recipe here, once, from the directory the round was started in
     (recipes, runs_dir and games_dir may be relative to it)."""
     from selskill.config import load_recipe
 
     if os.getcwd() != cwd:
         os.chdir(cwd)
-    stage.run(load_recipe(list(argv)), rank, world_size)
+    stage.of(load_recipe(list(argv))).run(rank, world_size)
 
 
-def raise_failures(stage: Stage, failures: dict[int, BaseException], world_size: int) -> None:
+def raise_failures(stage: type[Step], failures: dict[int, BaseException], world_size: int) -> None:
     """Re-raise a single failure as itself (a refused rank stays a `StageRefused`); several as one error."""
     if not failures:
         return
@@ -158,7 +170,7 @@ class Executor(ABC):
     dry_run = False  # print what each stage would run, and compute, write and submit nothing
     out: Callable[[str], None] = staticmethod(print)
 
-    def run(self, recipe: Recipe, stages: Sequence[Stage]) -> None:
+    def run(self, recipe: Recipe, stages: Sequence[type[Step]]) -> None:
         if self.dry_run:
             previous = None
             for stage in stages:
@@ -171,7 +183,7 @@ class Executor(ABC):
             after = self.run_stage(recipe, stage, after)
 
     def describe(
-        self, recipe: Recipe, stage: Stage, previous: Stage | None = None, rank: int | None = None
+        self, recipe: Recipe, stage: type[Step], previous: type[Step] | None = None, rank: int | None = None
     ) -> None:
         """What running `stage` would do (a dry run): its ranks' command and whether its outputs are complete;
         `rank`: that rank only.
@@ -183,9 +195,10 @@ class Executor(ABC):
             ranks = f"rank {rank} of {n}"
         else:
             ranks = f"rank R of {n} (R = 0..{n - 1})" if n > 1 else "one job"
-        if stage.complete is None:
+        complete = stage.complete_in(recipe)
+        if complete is None:
             state = ""
-        elif stage.complete(recipe):
+        elif complete:
             state = "; complete on disk: skipped unless its recorded inputs differ from this recipe's"
         else:
             state = "; not complete: would compute"
@@ -195,10 +208,10 @@ class Executor(ABC):
             command = f"{stage.name} in this process"
         self.out(f"{stage.name}: {stage.doc}; {ranks}{self.placement(stage, n)}{state}\n  {command}")
 
-    def placement(self, stage: Stage, ranks: int) -> str:
+    def placement(self, stage: type[Step], ranks: int) -> str:
         """Where the ranks of `stage` would run, for `describe` (e.g. ", in 2 worker processes")."""
         return ""
 
     @abstractmethod
-    def run_stage(self, recipe: Recipe, stage: Stage, after: Any = None) -> Any:
+    def run_stage(self, recipe: Recipe, stage: type[Step], after: Any = None) -> Any:
         """Run (or queue) every rank of `stage`; `after` is what the previous stage returned."""

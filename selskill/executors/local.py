@@ -13,7 +13,7 @@ import os
 import sys
 from concurrent.futures import ProcessPoolExecutor
 
-from selskill.executors.base import Executor, Stage, raise_failures, recipe_argv, run_rank_from_argv
+from selskill.executors.base import Executor, Step, raise_failures, recipe_argv, run_rank_from_argv
 
 logger = logging.getLogger(__name__)
 
@@ -31,16 +31,17 @@ class LocalExecutor(Executor):
         self.dry_run = dry_run
         self.waits = not dry_run
 
-    def placement(self, stage: Stage, ranks: int) -> str:
+    def placement(self, stage: type[Step], ranks: int) -> str:
         if ranks == 1 or self.workers == 1:
             return ", in this process"
         return f", in {min(ranks, self.workers or ranks)} worker processes"
 
-    def run_stage(self, recipe, stage: Stage, after=None) -> None:
+    def run_stage(self, recipe, stage: type[Step], after=None) -> None:
         n = stage.ranks(recipe)
         if n == 1 or self.workers == 1:
+            step = stage.of(recipe)
             for rank in range(n):
-                stage.run(recipe, rank, n)
+                step.run(rank, n)
             return
         import multiprocessing
 

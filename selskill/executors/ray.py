@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import os
 
-from selskill.executors.base import Executor, Stage, raise_failures, recipe_argv, run_rank_from_argv
+from selskill.executors.base import Executor, Step, raise_failures, recipe_argv, run_rank_from_argv
 
 logger = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ class RayExecutor(Executor):
         self.dry_run = dry_run
         self.waits = not dry_run
 
-    def placement(self, stage: Stage, ranks: int) -> str:
+    def placement(self, stage: type[Step], ranks: int) -> str:
         gpus = stage.gpus(self.gpus_per_task, self.train_gpus)
         return f", as {ranks} Ray task{'s' if ranks > 1 else ''} of {self.cpus_per_task} CPUs and {gpus} GPUs"
 
@@ -67,7 +67,7 @@ class RayExecutor(Executor):
             if started:
                 ray.shutdown()
 
-    def run_stage(self, recipe, stage: Stage, after=None) -> None:
+    def run_stage(self, recipe, stage: type[Step], after=None) -> None:
         ray = import_ray()
         n = stage.ranks(recipe)
         gpus = stage.gpus(self.gpus_per_task, self.train_gpus)

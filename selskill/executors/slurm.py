@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from selskill.executors.base import Executor, Stage, StageFailed, rank_command, worker_argv
+from selskill.executors.base import Executor, StageFailed, Step, rank_command, worker_argv
 
 RANK = "$SLURM_ARRAY_TASK_ID"
 
@@ -71,10 +71,10 @@ class SlurmExecutor(Executor):
         run = recipe.run
         return (Path.cwd() / round_dir(run.runs_dir, run.exp, run.round) / "slurm").resolve()
 
-    def command(self, recipe, stage: Stage) -> str:
+    def command(self, recipe, stage: type[Step]) -> str:
         return rank_command(recipe, stage, RANK, self.python)
 
-    def render(self, recipe, stage: Stage) -> str:
+    def render(self, recipe, stage: type[Step]) -> str:
         """The sbatch script of `stage`: the same text whether printed (dry run) or submitted."""
         o, run, n = self.options, recipe.run, stage.ranks(recipe)
         logs = self.script_dir(recipe) / "logs"
@@ -133,15 +133,16 @@ class SlurmExecutor(Executor):
         done = subprocess.run(["squeue", "-h", "-j", job, "-o", "%i"], capture_output=True, text=True)
         return done.returncode == 0 and bool(done.stdout.strip())  # squeue refuses a job id it forgot
 
-    def wait_for(self, recipe, stage: Stage) -> None:
+    def wait_for(self, recipe, stage: type[Step]) -> None:
         """Until the stage's markers are complete; a job gone from the queue before that fails the round."""
         job = self.jobs[stage.name]
         started = time.monotonic()
         while True:
-            if stage.complete is not None and stage.complete(recipe):
+            complete = stage.complete_in(recipe)
+            if complete:
                 break
             if not self.queued(job):
-                if stage.complete is None or stage.complete(recipe):  # a marker written as the job ended
+                if complete is None or stage.complete_in(recipe):  # a marker written as the job ended
                     break
                 raise StageFailed(
                     f"{stage.name}: job {job} left the queue before every rank of the stage was complete (it "
@@ -151,7 +152,7 @@ class SlurmExecutor(Executor):
             time.sleep(self.poll_seconds)
         self.out(f"{stage.name}: complete (job {job}, waited {time.monotonic() - started:.0f} s)")
 
-    def describe(self, recipe, stage: Stage, previous: Stage | None = None) -> None:
+    def describe(self, recipe, stage: type[Step], previous: type[Step] | None = None) -> None:
         """The stage's script and the sbatch line that would submit it."""
         script = self.script_dir(recipe) / f"{stage.name}.sh"
         placeholder = previous and f"<job id of {previous.name}>"
@@ -160,7 +161,7 @@ class SlurmExecutor(Executor):
             f"{shlex.join(self.sbatch_argv(script, placeholder))}\n"
         )
 
-    def run_stage(self, recipe, stage: Stage, after: str | None = None) -> str:
+    def run_stage(self, recipe, stage: type[Step], after: str | None = None) -> str:
         script = self.script_dir(recipe) / f"{stage.name}.sh"
         text = self.render(recipe, stage)
         for tool in ("sbatch", "squeue") if self.waits else ("sbatch",):

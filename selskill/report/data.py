@@ -13,10 +13,9 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from selskill.data.contract import check_stage
+from selskill.data.contract import read_stage_as_is
 from selskill.data.layout import StageDir, round_dir
 from selskill.data.schema import ROLE_ASSISTANT
-from selskill.errors import ExplainedError
 from selskill.metrics import compute_metrics, metrics_by_task_type, sum_yields
 from selskill.metrics import paired_sr_difference as _paired
 from selskill.registry import DEFAULT_BENCHMARK, step_measure
@@ -58,32 +57,22 @@ class RoundData:
     entropy: dict | None = None  # branch_entropy() of the fork rows
 
 
-def _read_columns(files: list[Path], columns: list[str]) -> list[dict]:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    tables = [pq.read_table(f, columns=columns) for f in files]
-    return pa.concat_tables(tables).to_pylist() if tables else []
-
-
 def _stage_rows(
-    stage: StageDir, columns: list[str], what: str, r: int, notes: list[str]
+    stage: StageDir, kind: str, columns: list[str], what: str, r: int, notes: list[str]
 ) -> list[dict] | None:
-    files = stage.shard_files()
-    if not files:
+    if not stage.shard_files():
         notes.append(f"round {r}: no {stage.path.name} shards ({stage.shards}) — {what} skipped")
         return None
     try:
-        check_stage(stage)
-    except (OSError, ExplainedError) as exc:  # unfinished or inconsistent: still worth reporting
-        notes.append(f"round {r}: {stage.path.name} shards read unverified: {exc}")
-    try:
-        return _read_columns(files, columns)
+        table, unverified = read_stage_as_is(stage, kind, columns)
     except Exception as exc:  # a corrupt shard must not take the whole report down
         notes.append(
             f"round {r}: cannot read {stage.path.name} shards ({type(exc).__name__}: {exc}) — {what} skipped"
         )
         return None
+    if unverified:  # unfinished or inconsistent: still worth reporting
+        notes.append(f"round {r}: {stage.path.name} shards read unverified: {unverified}")
+    return table.to_pylist()
 
 
 def _summarize_rows(rows: list[dict], n_boot: int, seed: int, benchmark: str = DEFAULT_BENCHMARK) -> dict:
@@ -137,7 +126,7 @@ def load_round(
         notes.append(f"round {r}: no eval stage ({ev.path}) — not in the metrics table")
     else:
         what = "ΔSR vs init and skill calls per episode" if mpath.exists() else "held-out metrics"
-        rows = _stage_rows(ev, EVAL_COLUMNS, what, r, notes)
+        rows = _stage_rows(ev, "rollout", EVAL_COLUMNS, what, r, notes)
         data.eval_rows = rows or []
         if mpath.exists():
             try:
@@ -164,8 +153,8 @@ def load_round(
     data.yield_ = sum_yields(stats)
     if data.yield_ is None:
         notes.append(f"round {r}: no label stats with a `yield` ({label.stats}) — pair yield skipped")
-    data.pairs = _stage_rows(label, PAIR_COLUMNS, "pair plots", r, notes) or []
-    forks = _stage_rows(fork, FORK_COLUMNS, "branch-entropy plot", r, notes)
+    data.pairs = _stage_rows(label, "pair", PAIR_COLUMNS, "pair plots", r, notes) or []
+    forks = _stage_rows(fork, "fork", FORK_COLUMNS, "branch-entropy plot", r, notes)
     if forks:
         data.entropy = branch_entropy(forks)
     return data

@@ -24,9 +24,7 @@ from string import Formatter
 from selskill.envs.base import Env, natural_key
 from selskill.envs.calls import parse_one_call
 from selskill.skills.model import CallStep, FindStep, Skill, SkillLibrary
-
-# ALFWorld answers this to every command that changed nothing.
-NO_EFFECT_FEEDBACK = "Nothing happens."
+from selskill.skills.step_records import NO_EFFECT_FEEDBACK
 
 TYPE_RE = re.compile(r"^[a-z][a-z0-9]*$")
 FUNCTION_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

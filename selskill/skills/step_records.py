@@ -10,7 +10,9 @@ from dataclasses import dataclass
 from selskill.skills.scorers import count_tokens, excerpt, truncate_tokens
 
 RECORD_STYLES: tuple[str, ...] = ("auto", "trajectory", "api")
-ALFWORLD_FAILURE = "Nothing happens."
+# ALFWorld answers this to every command that changed nothing: a failed step for retrieval's
+# record, a failed action inside an executable skill, and the answer to a malformed turn
+NO_EFFECT_FEEDBACK = "Nothing happens."
 
 
 @dataclass(frozen=True)
@@ -59,7 +61,7 @@ class EpisodePrefix:
 
 def alfworld_step(command: str, observation: str) -> Step:
     """An ALFWorld command; the engine says "Nothing happens." when it changed nothing."""
-    return Step(command, observation, failed=observation.strip() == ALFWORLD_FAILURE)
+    return Step(command, observation, failed=observation.strip() == NO_EFFECT_FEEDBACK)
 
 
 def skill_step(name: str, observation: str, precise: bool) -> Step:

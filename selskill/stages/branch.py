@@ -17,23 +17,22 @@ stage parses and decodes nothing.
 
 from __future__ import annotations
 
+import functools
 import random
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from selskill.agent.turn_format import render_skill_call
-from selskill.config.rollout import RolloutConfig
-from selskill.config.run import PolicyConfig, RunConfig
+from selskill.config.run import RunConfig
 from selskill.config.stages import BranchConfig
 from selskill.data.contract import read_stage
 from selskill.data.inputs import StageInputs
-from selskill.data.layout import StageDir
+from selskill.data.rank_writer import run_rank
 from selskill.data.records import BranchPoint
-from selskill.stages.common import (
-    StageStats,
-    run_rank,
-    shard_items,
-    stable_seed,
-)
-from selskill.stages.context import load_policy, sampling_policy_path
+from selskill.data.stage_stats import StageStats
+from selskill.stages.policy_source import load_policy, sampling_policy_path
+from selskill.stages.round_step import PolicyStep
+from selskill.stages.sharding import shard_items, stable_seed
 
 CODE_VERSION = 1  # bump when a change alters the rows this stage writes (completed ranks are then refused)
 
@@ -105,54 +104,60 @@ def likeliest_skill(policy, prefix_ids: list[int], skill_names) -> str:
     return list(skill_names)[best]
 
 
-def run_branch(
-    run: RunConfig, pol: PolicyConfig, rollout: RolloutConfig, cfg: BranchConfig, seed: int
-) -> bool:
-    stage = StageDir.of(run.runs_dir, run.exp, run.round, "branch")
-    path = sampling_policy_path(run, pol)
+@dataclass
+class BranchStep(PolicyStep):
+    name = "branch"
+    doc = "the decision points worth forking"
+    section = "branch"
 
-    def compute(stats: StageStats) -> list[dict]:
-        sample = StageDir.of(run.runs_dir, run.exp, run.round, "sample")
-        rows = sorted(
-            read_stage(sample, "rollout", run.world_size).to_pylist(), key=lambda r: r["rollout_id"]
-        )
-        mine = shard_items(rows, run.rank, run.world_size)
-        policy = None  # loaded only if an ordinary point needs its candidate skill
+    cfg: BranchConfig  # its own section (the field of `RoundStep`, typed)
+
+    def points(self, run: RunConfig, row: dict, likeliest: Callable, stats: StageStats) -> list[BranchPoint]:
+        """The chosen branch points of one rollout; `likeliest(row, offset, listed)` picks an ordinary point's
+        candidate skill."""
+        rng = random.Random(stable_seed(self.seed, run.round, "branch", row["rollout_id"]))
+        cands = branch_candidates(row, self.cfg)
+        stats.extra["candidates"] = stats.extra.get("candidates", 0) + len(cands)
         out = []
-        for row in mine:
-            rng = random.Random(stable_seed(seed, run.round, "branch", row["rollout_id"]))
-            cands = branch_candidates(row, cfg)
-            stats.extra["candidates"] = stats.extra.get("candidates", 0) + len(cands)
-            for c in select_points(cands, cfg, rng):
-                if c["pool"] == "ordinary":
-                    listed = row["turns"][c["turn_index"]]["listed"]
-                    if not listed:
-                        stats.extra["nothing_listed"] = stats.extra.get("nothing_listed", 0) + 1
-                        continue
-                    if policy is None:
-                        policy = load_policy(pol, path, rollout, seed)
-                    c["candidate_skill"] = likeliest_skill(
-                        policy, row["token_ids"][: c["token_offset"]], listed
-                    )
-                out.append(
-                    BranchPoint(
-                        branch_id=f"{row['rollout_id']}/t{c['turn_index']}",
-                        rollout_id=row["rollout_id"],
-                        task_id=row["task_id"],
-                        task_type=row["task_type"],
-                        round=run.round,
-                        turn_index=c["turn_index"],
-                        token_offset=c["token_offset"],
-                        pool=c["pool"],
-                        score=c["score"],
-                        strategy=cfg.branch_strategy,
-                        candidate_skill=c["candidate_skill"],
-                        original_decision=c["original_decision"],
-                        source_env_steps_before=c["source_env_steps_before"],
-                    ).to_row()
+        for c in select_points(cands, self.cfg, rng):
+            if c["pool"] == "ordinary":
+                listed = row["turns"][c["turn_index"]]["listed"]
+                if not listed:
+                    stats.extra["nothing_listed"] = stats.extra.get("nothing_listed", 0) + 1
+                    continue
+                c["candidate_skill"] = likeliest(row, c["token_offset"], listed)
+            out.append(
+                BranchPoint(
+                    branch_id=f"{row['rollout_id']}/t{c['turn_index']}",
+                    rollout_id=row["rollout_id"],
+                    task_id=row["task_id"],
+                    task_type=row["task_type"],
+                    round=run.round,
+                    strategy=self.cfg.branch_strategy,
+                    **c,
                 )
-        stats.extra["rollouts"] = len(mine)
+            )
         return out
 
-    inputs = StageInputs([run, pol, rollout, cfg], seed, CODE_VERSION, policy=path, upstream=("sample",))
-    return run_rank(stage, "branch", run, inputs, compute)
+    def compute(self, run: RunConfig) -> bool:
+        path = sampling_policy_path(run, self.policy)
+        # loaded once, and only if an ordinary point needs its candidate skill
+        policy = functools.cache(lambda: load_policy(self.policy, path, self.rollout, self.seed))
+
+        def likeliest(row: dict, offset: int, listed) -> str:
+            return likeliest_skill(policy(), row["token_ids"][:offset], listed)
+
+        def rows(stats: StageStats) -> list[dict]:
+            sample = read_stage(self.stage_dir("sample"), "rollout", run.world_size).to_pylist()
+            mine = shard_items(sorted(sample, key=lambda r: r["rollout_id"]), run.rank, run.world_size)
+            stats.extra["rollouts"] = len(mine)
+            return [p.to_row() for row in mine for p in self.points(run, row, likeliest, stats)]
+
+        inputs = StageInputs(
+            [run, self.policy, self.rollout, self.cfg],
+            self.seed,
+            CODE_VERSION,
+            policy=path,
+            upstream=("sample",),
+        )
+        return run_rank(self.stage_dir(), "branch", run, inputs, rows)

@@ -18,58 +18,35 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 from selskill.agent.runner import EpisodeSpec
 from selskill.config.rollout import RolloutConfig
-from selskill.config.run import PolicyConfig, RunConfig
+from selskill.config.run import RunConfig
 from selskill.config.stages import EvalConfig
 from selskill.data.contract import read_stage
 from selskill.data.inputs import StageInputs
-from selskill.data.layout import StageDir
+from selskill.data.rank_writer import run_rank
 from selskill.data.shards import write_json_atomic
+from selskill.data.stage_stats import StageStats
 from selskill.headroom import invoked_skills, skill_headroom
 from selskill.metrics import compute_metrics, metrics_by_task_type
 from selskill.registry import DEFAULT_BENCHMARK, benchmark
-from selskill.stages.common import (
-    StageStats,
+from selskill.stages.policy_source import eval_policy_path, load_policy
+from selskill.stages.round_step import PolicyStep
+from selskill.stages.runner_setup import eval_library, make_runner, play_episodes, rollout_row
+from selskill.stages.sharding import shard_items, stable_seed
+from selskill.stages.task_source import (
     balanced_tasks,
-    progress_bar,
-    record_skipped_games,
-    run_rank,
-    shard_items,
-    stable_seed,
-)
-from selskill.stages.context import (
-    eval_library,
-    game_index,
     games_identity,
-    load_policy,
-    make_runner,
+    record_skipped_games,
+    split_index,
     task_texts,
 )
+from selskill.stages.wandb_log import log_stage
 
 CODE_VERSION = 6  # bump when a change alters the rows this stage writes (completed ranks are then refused)
-
-
-def eval_policy_path(run: RunConfig) -> str:
-    """Round r evaluates round r's trained model; round 0 evaluates the init policy."""
-    from selskill.data.layout import round_dir
-
-    path = round_dir(run.runs_dir, run.exp, run.round) / "train" / "model"
-    if not path.is_dir():
-        raise FileNotFoundError(f"no trained model at {path}: train round {run.round} first")
-    return str(path)
-
-
-def split_index(run: RunConfig, split: str, games_root: str | None = None):
-    """The tasks of `split`: the recipe's, or those of a directory of the env's tasks (`selskill eval --games`)."""
-    if games_root is None:
-        return game_index(run, split)
-    from_dir = benchmark(run.benchmark).index_from_dir
-    if from_dir is None:
-        raise ValueError(f"--games names a games directory; benchmark {run.benchmark} has its own tasks")
-    return from_dir(run, games_root, split)
 
 
 def headroom_config(cfg: EvalConfig) -> EvalConfig:
@@ -117,27 +94,16 @@ def evaluate_rows(
             )
             for t in mine
         ]
-        bar = progress_bar(len(specs), f"eval {split}")
-        for spec, row in zip(specs, runner.run(specs, progress=bar.update), strict=True):
-            rows.append(
-                {
-                    "rollout_id": spec.episode_id,
-                    "run": run.exp,
-                    "round": run.round,
-                    "task_id": spec.task_id,
-                    "task_type": spec.meta["task_type"],
-                    "sample_idx": 0,
-                    "policy_id": policy.policy_id,
-                    "seed": spec.seed,
-                    **row,
-                }
-            )
-        bar.close()
+        episodes = play_episodes(runner, specs, f"eval {split}")
+        rows += [
+            rollout_row(spec, episode, run, policy.policy_id)
+            for spec, episode in zip(specs, episodes, strict=True)
+        ]
     return rows
 
 
 def summarize(rows: list[dict], cfg: EvalConfig, seed: int, env: str = DEFAULT_BENCHMARK) -> dict:
-    """Metrics per split, overall and per task type; steps as benchmark `env` counts them."""
+    """Metrics per split, overall and per task type (BFCL: per category); steps as `env` counts them."""
     steps = benchmark(env).steps.episode
     out = {}
     for split in cfg.splits:
@@ -184,65 +150,93 @@ def format_headroom(split: str, h: dict) -> str:
     )
 
 
-def run_eval(
-    run: RunConfig,
-    pol: PolicyConfig,
-    rollout: RolloutConfig,
-    cfg: EvalConfig,
-    seed: int,
-    model_path: str | None = None,
-) -> dict | None:
+@dataclass
+class EvalStep(PolicyStep):
     """Evaluate this rank's tasks (with `eval_headroom`, then its no-skills share); the last rank to
-    finish writes metrics.json for the round."""
-    stage = StageDir.of(run.runs_dir, run.exp, run.round, cfg.stage)
-    path = model_path or eval_policy_path(run)
-    # loaded once, and only by a rank that plays
-    policy = functools.cache(lambda: load_policy(pol, path, rollout, seed))
+    finish writes metrics.json for the round. `model_path`: the policy to play instead of round r's
+    trained model (the init stage's round-0 eval)."""
 
-    def compute(stats: StageStats, what: EvalConfig = cfg, id_prefix: str = "eval") -> list[dict]:
-        rows = evaluate_rows(
-            policy(), run, rollout, what, seed, run.rank, run.world_size, stats=stats, id_prefix=id_prefix
-        )
-        stats.tokens = sum(len(r["token_ids"]) for r in rows)
-        return rows
+    name = "eval"
+    doc = "greedy episodes on the held-out splits"
+    section = "eval"
 
-    games = games_identity(run, cfg.splits)
-    inputs = StageInputs([run, pol, rollout, cfg], seed, CODE_VERSION, policy=path, games=games)
-    computed = run_rank(stage, "rollout", run, inputs, compute)  # first: a changed recipe is refused here
-    stages = [stage]
-    if cfg.eval_headroom:
-        partner = StageDir.of(run.runs_dir, run.exp, run.round, cfg.headroom_stage)
-        bare = headroom_config(cfg)
-        play = functools.partial(compute, what=bare, id_prefix=cfg.headroom_stage)
-        played = {s: games[s] for s in bare.splits}
-        inputs = StageInputs([run, pol, rollout, bare], seed, CODE_VERSION, policy=path, games=played)
-        computed = run_rank(partner, "rollout", run, inputs, play) or computed
-        stages.append(partner)
-    if any(len(s.completed_ranks()) < run.world_size for s in stages):
-        return None
-    if not computed and (stage.path / "metrics.json").is_file():
-        return load_metrics(stage.path / "metrics.json")  # nothing new: keep what was written
-    rows = read_stage(stage, "rollout", run.world_size).to_pylist()
-    metrics = {
-        "round": run.round,
-        "exp": run.exp,
-        "mode": cfg.eval_mode,
-        "splits": summarize(rows, cfg, seed, run.benchmark),
-    }
-    if cfg.eval_headroom:
-        without = read_stage(stages[1], "rollout", run.world_size).to_pylist()
-        metrics["headroom"] = headroom_summary(rows, without, run, rollout, cfg, seed)
-    if cfg.eval_mode == "capability_check":
-        from selskill.agent.eval_modes import capability_check_stats
+    cfg: EvalConfig  # its own section (the field of `RoundStep`, typed)
 
-        metrics["capability_check"] = {
-            split: capability_check_stats([r for r in rows if r["task_id"].startswith(f"{split}/")])
-            for split in cfg.splits
+    model_path: str | None = None
+
+    def stage_names(self) -> list[str]:
+        return [self.cfg.stage, self.cfg.headroom_stage] if self.cfg.eval_headroom else [self.cfg.stage]
+
+    def log(self, run: RunConfig) -> None:
+        log_stage(run, self.name, self.report_to, self.stage_names()[1:])
+
+    def compute(self, run: RunConfig) -> dict | None:
+        cfg, path = self.cfg, self.model_path or eval_policy_path(run)
+        # loaded once, and only by a rank that plays
+        policy = functools.cache(lambda: load_policy(self.policy, path, self.rollout, self.seed))
+
+        def play(what: EvalConfig, id_prefix: str):
+            def rows(stats: StageStats) -> list[dict]:
+                out = evaluate_rows(
+                    policy(),
+                    run,
+                    self.rollout,
+                    what,
+                    self.seed,
+                    run.rank,
+                    run.world_size,
+                    stats=stats,
+                    id_prefix=id_prefix,
+                )
+                stats.tokens = sum(len(r["token_ids"]) for r in out)
+                return out
+
+            return rows
+
+        def inputs(what: EvalConfig, games: dict) -> StageInputs:
+            return StageInputs(
+                [run, self.policy, self.rollout, what], self.seed, CODE_VERSION, policy=path, games=games
+            )
+
+        games = games_identity(run, cfg.splits)
+        # first: a changed recipe is refused here
+        computed = run_rank(self.stage_dir(), "rollout", run, inputs(cfg, games), play(cfg, "eval"))
+        if cfg.eval_headroom:
+            bare = headroom_config(cfg)
+            played = inputs(bare, {s: games[s] for s in bare.splits})
+            partner = self.stage_dir(cfg.headroom_stage)
+            computed = run_rank(partner, "rollout", run, played, play(bare, cfg.headroom_stage)) or computed
+        if any(len(self.stage_dir(n).completed_ranks()) < run.world_size for n in self.stage_names()):
+            return None
+        written = self.stage_dir().path / "metrics.json"
+        if not computed and written.is_file():
+            return load_metrics(written)  # nothing new: keep what was written
+        return self.write_metrics(run)
+
+    def write_metrics(self, run: RunConfig) -> dict:
+        """metrics.json of the complete stage: per split, overall and per task type (and the headroom)."""
+        cfg, stage = self.cfg, self.stage_dir()
+        rows = read_stage(stage, "rollout", run.world_size).to_pylist()
+        metrics = {
+            "round": run.round,
+            "exp": run.exp,
+            "mode": cfg.eval_mode,
+            "splits": summarize(rows, cfg, self.seed, run.benchmark),
         }
-    spec = benchmark(run.benchmark)
-    metrics.update(benchmark=spec.name, steps=spec.steps.what)
-    write_json_atomic(metrics, stage.path / "metrics.json")
-    return metrics
+        if cfg.eval_headroom:
+            without = read_stage(self.stage_dir(cfg.headroom_stage), "rollout", run.world_size).to_pylist()
+            metrics["headroom"] = headroom_summary(rows, without, run, self.rollout, cfg, self.seed)
+        if cfg.eval_mode == "capability_check":
+            from selskill.agent.eval_modes import capability_check_stats
+
+            metrics["capability_check"] = {
+                split: capability_check_stats([r for r in rows if r["task_id"].startswith(f"{split}/")])
+                for split in cfg.splits
+            }
+        spec = benchmark(run.benchmark)
+        metrics.update(benchmark=spec.name, steps=spec.steps.what)
+        write_json_atomic(metrics, stage.path / "metrics.json")
+        return metrics
 
 
 def load_metrics(path: str | Path) -> dict:

@@ -12,26 +12,22 @@ split the task is in are read off the source rollout's records, never off counts
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
 from selskill.agent.runner import EpisodeSpec, ForkStart
 from selskill.agent.turn_format import forced_prefix, render_skill_call
-from selskill.config.rollout import RolloutConfig
-from selskill.config.run import PolicyConfig, RunConfig
+from selskill.config.run import RunConfig
 from selskill.config.stages import ForkConfig
 from selskill.data.contract import read_stage
 from selskill.data.inputs import StageInputs
-from selskill.data.layout import StageDir
-from selskill.data.records import BranchPoint, Fork, Turn
-from selskill.stages.common import (
-    StageStats,
-    progress_bar,
-    record_skipped_games,
-    recorded_games,
-    run_rank,
-    shard_items,
-    stable_seed,
-)
-from selskill.stages.context import game_index, games_identity, load_policy, make_runner, sampling_policy_path
+from selskill.data.rank_writer import recorded_games, run_rank
+from selskill.data.records import BranchPoint, Fork
+from selskill.data.stage_stats import StageStats
+from selskill.stages.policy_source import load_policy, sampling_policy_path
+from selskill.stages.round_step import PolicyStep
+from selskill.stages.runner_setup import make_runner, play_episodes
+from selskill.stages.sharding import shard_items, stable_seed
+from selskill.stages.task_source import game_index, games_identity, record_skipped_games
 
 CODE_VERSION = 6  # bump when a change alters the rows this stage writes (completed ranks are then refused)
 
@@ -70,90 +66,111 @@ def fork_start(source: dict, branch: BranchPoint, arm: str) -> ForkStart:
     )
 
 
-def run_fork(run: RunConfig, pol: PolicyConfig, rollout: RolloutConfig, cfg: ForkConfig, seed: int) -> bool:
-    stage = StageDir.of(run.runs_dir, run.exp, run.round, "fork")
-    path = sampling_policy_path(run, pol)
+def fork_row(episode: dict, spec: EpisodeSpec, round_: int) -> Fork:
+    """The fork row of continuation `episode` of `spec` (its branch point and arm in `spec.meta`)."""
+    b = spec.meta["branch"]
+    return Fork.of_episode(
+        episode,
+        fork_id=spec.episode_id,
+        branch_id=b.branch_id,
+        rollout_id=b.rollout_id,
+        task_id=b.task_id,
+        task_type=b.task_type,
+        round=round_,
+        arm=spec.meta["arm"],
+        k=spec.meta["k"],
+        seed=spec.seed,
+        prefix_len=b.token_offset,
+        env_steps_after_branch=episode["env_steps"] - b.source_env_steps_before,
+        # agent decisions from the branch turn on (the label's efficiency measure)
+        steps_after_branch=episode["n_turns"] - b.turn_index,
+        malformed_after_branch=sum(1 for t in episode["turns"][b.turn_index :] if t["kind"] == "malformed"),
+    )
 
-    def compute(stats: StageStats) -> list[dict]:
-        sd = lambda name: StageDir.of(run.runs_dir, run.exp, run.round, name)  # noqa: E731
-        branches = [
-            BranchPoint.from_row(b) for b in read_stage(sd("branch"), "branch", run.world_size).to_pylist()
-        ]
-        mine = shard_items(sorted(branches, key=lambda b: b.branch_id), run.rank, run.world_size)
-        if not mine:
-            return []
-        rollouts = read_stage(sd("sample"), "rollout", run.world_size)
-        needed = {b.rollout_id for b in mine}
-        sources = {r["rollout_id"]: r for r in rollouts.to_pylist() if r["rollout_id"] in needed}
-        split = sources[mine[0].rollout_id]["split"]  # one sample stage: one split
-        index = game_index(run, split)
-        record_skipped_games(stats, index)
-        policy = load_policy(pol, path, rollout, seed)
-        runner = make_runner(
-            policy, index, rollout, cfg.fork_temperature, cfg.fork_top_p, settings=run.benchmark_settings
-        )
+
+@dataclass
+class ForkStep(PolicyStep):
+    name = "fork"
+    doc = "invoke and skip continuations from each point"
+    section = "fork"
+
+    cfg: ForkConfig  # its own section (the field of `RoundStep`, typed)
+
+    def specs(
+        self, run: RunConfig, branches: list[BranchPoint], sources: dict[str, dict]
+    ) -> list[EpisodeSpec]:
+        """`fork_k_invoke` and `fork_k_skip` continuations of each branch point, each seeded by its id."""
         specs = []
-        for b in mine:
-            for arm, k_arm in (("invoke", cfg.fork_k_invoke), ("skip", cfg.fork_k_skip)):
-                start = fork_start(sources[b.rollout_id], b, arm)
+        for b in branches:
+            source = sources[b.rollout_id]
+            for arm, k_arm in (("invoke", self.cfg.fork_k_invoke), ("skip", self.cfg.fork_k_skip)):
+                start = fork_start(source, b, arm)
                 for k in range(k_arm):
                     fid = f"{b.branch_id}/{arm}{k}"
                     specs.append(
                         EpisodeSpec(
                             fid,
                             b.task_id,
-                            stable_seed(seed, run.round, "fork", fid),
+                            stable_seed(self.seed, run.round, "fork", fid),
                             fork=start,
                             meta={"branch": b, "arm": arm, "k": k},
-                            split=split,
-                            pseudo_skills=tuple(sources[b.rollout_id]["pseudo_skills"] or ()),
+                            split=source["split"],
+                            pseudo_skills=tuple(source["pseudo_skills"] or ()),
                         )
                     )
-        bar = progress_bar(len(specs), f"fork r{run.round} rank {run.rank}")
-        rows = runner.run(specs, progress=bar.update)
-        bar.close()
-        out = []
-        for spec, row in zip(specs, rows, strict=True):
-            b = spec.meta["branch"]
-            stats.tokens += len(row["token_ids"]) - b.token_offset
-            if row["termination"] == "error":
-                stats.failures["env_error"] += 1
-            episode = {k: v for k, v in row.items() if k != "n_prompt_tokens"}
-            episode["turns"] = [Turn.from_row(t) for t in row["turns"]]
-            out.append(
-                Fork(
-                    fork_id=spec.episode_id,
-                    branch_id=b.branch_id,
-                    rollout_id=b.rollout_id,
-                    task_id=b.task_id,
-                    task_type=b.task_type,
-                    round=run.round,
-                    arm=spec.meta["arm"],
-                    k=spec.meta["k"],
-                    seed=spec.seed,
-                    prefix_len=b.token_offset,
-                    **episode,
-                    env_steps_after_branch=row["env_steps"] - b.source_env_steps_before,
-                    # agent decisions from the branch turn on (the label's efficiency measure)
-                    steps_after_branch=row["n_turns"] - b.turn_index,
-                    malformed_after_branch=sum(
-                        1 for t in row["turns"][b.turn_index :] if t["kind"] == "malformed"
-                    ),
-                ).to_row()
-            )
-        tps = policy.stats()
-        stats.extra.update(
-            branches=len(mine),
-            generated_tokens=tps.generated_tokens,
-            tokens_per_second=round(tps.tokens_per_second, 1),
-        )
-        return out
+        return specs
 
-    upstream = ("sample", "branch")
-    # the games the sampled episodes were played on, as they are now (a change since is refused)
-    played = recorded_games(StageDir.of(run.runs_dir, run.exp, run.round, "sample"))
-    games = games_identity(run, sorted(played))
-    inputs = StageInputs(
-        [run, pol, rollout, cfg], seed, CODE_VERSION, policy=path, upstream=upstream, games=games
-    )
-    return run_rank(stage, "fork", run, inputs, compute)
+    def compute(self, run: RunConfig) -> bool:
+        path = sampling_policy_path(run, self.policy)
+
+        def rows(stats: StageStats) -> list[dict]:
+            branches = read_stage(self.stage_dir("branch"), "branch", run.world_size).to_pylist()
+            mine = shard_items(
+                sorted((BranchPoint.from_row(b) for b in branches), key=lambda b: b.branch_id),
+                run.rank,
+                run.world_size,
+            )
+            if not mine:
+                return []
+            needed = {b.rollout_id for b in mine}
+            rollouts = read_stage(self.stage_dir("sample"), "rollout", run.world_size).to_pylist()
+            sources = {r["rollout_id"]: r for r in rollouts if r["rollout_id"] in needed}
+            split = sources[mine[0].rollout_id]["split"]  # one sample stage: one split
+            index = game_index(run, split)
+            record_skipped_games(stats, index)
+            policy = load_policy(self.policy, path, self.rollout, self.seed)
+            runner = make_runner(
+                policy,
+                index,
+                self.rollout,
+                self.cfg.fork_temperature,
+                self.cfg.fork_top_p,
+                settings=run.benchmark_settings,
+            )
+            specs = self.specs(run, mine, sources)
+            episodes = play_episodes(runner, specs, f"fork r{run.round} rank {run.rank}")
+            out = []
+            for spec, episode in zip(specs, episodes, strict=True):
+                stats.tokens += len(episode["token_ids"]) - spec.meta["branch"].token_offset
+                if episode["termination"] == "error":
+                    stats.failures["env_error"] += 1
+                out.append(fork_row(episode, spec, run.round).to_row())
+            tps = policy.stats()
+            stats.extra.update(
+                branches=len(mine),
+                generated_tokens=tps.generated_tokens,
+                tokens_per_second=round(tps.tokens_per_second, 1),
+            )
+            return out
+
+        # the games the sampled episodes were played on, as they are now (a change since is refused)
+        games = games_identity(run, sorted(recorded_games(self.stage_dir("sample"))))
+        inputs = StageInputs(
+            [run, self.policy, self.rollout, self.cfg],
+            self.seed,
+            CODE_VERSION,
+            policy=path,
+            upstream=("sample", "branch"),
+            games=games,
+        )
+        return run_rank(self.stage_dir(), "fork", run, inputs, rows)

@@ -14,7 +14,7 @@ the winning arm's best continuation and the losing arm's, so the rule changes wh
 exist and which way they point, never their schema. Episode pairs compare, per task, the
 shortest successful sample with up to `label_episode_max_rejected` of the longest failures.
 
-What a step is depends on the benchmark (`selskill.registry.step_measure`, the one owner of
+What a step is depends on the benchmark (`selskill.metrics.step_measure`, the one owner of
 that rule, shared with the Avg. Steps metric). BFCL counts function-call steps
 (`env_steps`). On ALFWorld a step is one agent decision: an action, a skill call
 (memory or executable, precise or not) or a malformed turn, i.e. one assistant turn
@@ -36,20 +36,19 @@ from __future__ import annotations
 
 import json
 from collections import Counter, defaultdict
+from dataclasses import dataclass
 from fractions import Fraction
 
 from selskill.config.run import RunConfig
 from selskill.config.stages import LABEL_ARM_RULES, LabelConfig
 from selskill.data.contract import read_stage
 from selskill.data.inputs import StageInputs
-from selskill.data.layout import StageDir
+from selskill.data.rank_writer import run_rank
 from selskill.data.records import Pair
+from selskill.data.stage_stats import StageStats
 from selskill.registry import StepMeasure, step_measure
-from selskill.stages.common import (
-    StageStats,
-    run_rank,
-    shard_items,
-)
+from selskill.stages.round_step import RoundStep
+from selskill.stages.sharding import shard_items
 
 CODE_VERSION = 3  # bump when a change alters the rows this stage writes (completed ranks are then refused)
 
@@ -81,55 +80,46 @@ def _dumps(messages: list[dict]) -> str:
 
 
 def _pair(
-    kind,
-    task_id,
-    task_type,
-    round_,
-    prompt,
-    chosen,
-    rejected,
-    reason,
-    c_row,
-    r_row,
-    c_steps,
-    r_steps,
-    turn_index=0,
-    branch=None,
-    c_arm="",
-    r_arm="",
-    c_src="",
-    r_src="",
+    kind: str, reason: str, chosen: dict, rejected: dict, start: int, col: str, branch: dict | None = None
 ) -> dict:
+    """`chosen` over `rejected`, both cut at token `start`: rollout rows of one task (an episode pair) or
+    continuations of `branch` (a local pair, turns then counted from the branch turn); `col` is the steps
+    column the label compared."""
     b = branch or {}
-    prompt_messages, chosen_messages = split_messages(c_row, turn_index)
-    _, rejected_messages = split_messages(r_row, turn_index)
+    task = branch or chosen  # the task a local pair's branch point, or an episode pair's rollouts, are of
+    turn_index = b.get("turn_index", 0)
+    source = "fork_id" if branch else "rollout_id"
+    c = completion(chosen["token_ids"], chosen["role"], chosen["turn"], start, turn_index)
+    r = completion(rejected["token_ids"], rejected["role"], rejected["turn"], start, turn_index)
+    prompt_messages, chosen_messages = split_messages(chosen, turn_index)
+    _, rejected_messages = split_messages(rejected, turn_index)
     return Pair(
-        pair_id=f"{kind}/{c_src}>{r_src}",
+        pair_id=f"{kind}/{chosen[source]}>{rejected[source]}",
         kind=kind,
-        task_id=task_id,
-        task_type=task_type,
-        round=round_,
-        prompt_ids=prompt,
-        chosen_ids=chosen["ids"],
-        rejected_ids=rejected["ids"],
-        chosen_role=chosen["role"],
-        rejected_role=rejected["role"],
-        chosen_turn=chosen["turn"],
-        rejected_turn=rejected["turn"],
+        task_id=task["task_id"],
+        task_type=task["task_type"],
+        round=task["round"],
+        prompt_ids=chosen["token_ids"][:start],
+        chosen_ids=c["ids"],
+        rejected_ids=r["ids"],
+        chosen_role=c["role"],
+        rejected_role=r["role"],
+        chosen_turn=c["turn"],
+        rejected_turn=r["turn"],
         label_reason=reason,
-        chosen_success=bool(c_row["success"]),
-        rejected_success=bool(r_row["success"]),
-        chosen_steps=int(c_steps),
-        rejected_steps=int(r_steps),
-        chosen_arm=c_arm,
-        rejected_arm=r_arm,
+        chosen_success=bool(chosen["success"]),
+        rejected_success=bool(rejected["success"]),
+        chosen_steps=int(chosen[col]),
+        rejected_steps=int(rejected[col]),
+        chosen_arm=chosen.get("arm", ""),
+        rejected_arm=rejected.get("arm", ""),
         branch_id=b.get("branch_id", ""),
         branch_pool=b.get("pool", ""),
         branch_score=float(b.get("score", 0.0)),
         branch_strategy=b.get("strategy", ""),
         candidate_skill=b.get("candidate_skill", ""),
-        chosen_source=c_src,
-        rejected_source=r_src,
+        chosen_source=chosen[source],
+        rejected_source=rejected[source],
         prompt_messages=_dumps(prompt_messages),
         chosen_messages=_dumps(chosen_messages),
         rejected_messages=_dumps(rejected_messages),
@@ -159,26 +149,7 @@ def episode_pairs(
         if loss["token_ids"][: loss["n_prompt_tokens"]] != best["token_ids"][:n_prompt]:
             discards["episode_prompt_mismatch"] += 1
             continue
-        c = completion(best["token_ids"], best["role"], best["turn"], n_prompt, 0)
-        r = completion(loss["token_ids"], loss["role"], loss["turn"], n_prompt, 0)
-        out.append(
-            _pair(
-                "episode",
-                best["task_id"],
-                best["task_type"],
-                best["round"],
-                best["token_ids"][:n_prompt],
-                c,
-                r,
-                "success_vs_failure",
-                best,
-                loss,
-                best[col],
-                loss[col],
-                c_src=best["rollout_id"],
-                r_src=loss["rollout_id"],
-            )
-        )
+        out.append(_pair("episode", "success_vs_failure", best, loss, n_prompt, col))
     return out
 
 
@@ -252,28 +223,7 @@ def local_pair(
     if winner["token_ids"][:offset] != loser["token_ids"][:offset]:
         discards["local_prefix_mismatch"] += 1
         return None
-    c = completion(winner["token_ids"], winner["role"], winner["turn"], offset, branch["turn_index"])
-    r = completion(loser["token_ids"], loser["role"], loser["turn"], offset, branch["turn_index"])
-    return _pair(
-        "local",
-        branch["task_id"],
-        branch["task_type"],
-        branch["round"],
-        winner["token_ids"][:offset],
-        c,
-        r,
-        reason,
-        winner,
-        loser,
-        winner[col],
-        loser[col],
-        turn_index=branch["turn_index"],
-        branch=branch,
-        c_arm=winner["arm"],
-        r_arm=loser["arm"],
-        c_src=winner["fork_id"],
-        r_src=loser["fork_id"],
-    )
+    return _pair("local", reason, winner, loser, offset, col, branch)
 
 
 def yield_summary(pairs: list[dict], discards: Counter, n_tasks: int) -> dict:
@@ -293,48 +243,70 @@ def yield_summary(pairs: list[dict], discards: Counter, n_tasks: int) -> dict:
     }
 
 
-def run_label(run: RunConfig, cfg: LabelConfig, seed: int) -> bool:
+@dataclass
+class LabelStep(RoundStep):
     """Every pair the round's rollouts and forks yield: train alone selects, mixes and masks them
     (docs/design.md, "Who decides what about pairs"); `seed` is recorded with the stage's inputs."""
-    stage = StageDir.of(run.runs_dir, run.exp, run.round, "label")
-    local = cfg.label_kinds in ("both", "local")
-    steps = step_measure(run.benchmark)
 
-    def compute(stats: StageStats) -> list[dict]:
-        sd = lambda name: StageDir.of(run.runs_dir, run.exp, run.round, name)  # noqa: E731
-        rollouts = read_stage(sd("sample"), "rollout", run.world_size).to_pylist()
-        tasks = shard_items(sorted({r["task_id"] for r in rollouts}), run.rank, run.world_size)
-        mine = set(tasks)
-        discards: Counter = Counter()
-        pairs: list[dict] = []
-        if cfg.label_kinds in ("both", "episode"):
-            by_task = defaultdict(list)
-            for r in rollouts:
-                if r["task_id"] in mine:
-                    by_task[r["task_id"]].append(r)
-            for task in tasks:
-                pairs += episode_pairs(by_task[task], cfg.label_episode_max_rejected, discards, steps)
-        if local:
-            branches = read_stage(sd("branch"), "branch", run.world_size).to_pylist()
-            branches = [b for b in branches if b["task_id"] in mine]
-            forks = defaultdict(list)
-            if branches:
-                for f in read_stage(sd("fork"), "fork", run.world_size).to_pylist():
-                    if f["task_id"] in mine:
-                        forks[f["branch_id"]].append(f)
-            for b in sorted(branches, key=lambda b: b["branch_id"]):
-                p = local_pair(b, forks[b["branch_id"]], discards, steps, cfg.label_arm_rule)
-                if p is not None:
-                    pairs.append(p)
-        pairs.sort(key=lambda p: p["pair_id"])
-        stats.tokens = sum(
-            len(p["chosen_ids"]) + len(p["rejected_ids"]) + len(p["prompt_ids"]) for p in pairs
+    name = "label"
+    doc = "preference pairs: outcome, then efficiency"
+    section = "label"
+
+    cfg: LabelConfig  # its own section (the field of `RoundStep`, typed)
+
+    @property
+    def local(self) -> bool:
+        return self.cfg.label_kinds in ("both", "local")
+
+    def episode_pairs(
+        self, rollouts: list[dict], tasks: list[str], discards: Counter, steps: StepMeasure
+    ) -> list:
+        by_task = defaultdict(list)
+        for r in rollouts:
+            by_task[r["task_id"]].append(r)
+        return [
+            p
+            for task in tasks
+            for p in episode_pairs(by_task[task], self.cfg.label_episode_max_rejected, discards, steps)
+        ]
+
+    def local_pairs(self, world_size: int, tasks: set[str], discards: Counter, steps: StepMeasure) -> list:
+        branches = read_stage(self.stage_dir("branch"), "branch", world_size).to_pylist()
+        branches = [b for b in branches if b["task_id"] in tasks]
+        forks = defaultdict(list)
+        if branches:
+            for f in read_stage(self.stage_dir("fork"), "fork", world_size).to_pylist():
+                if f["task_id"] in tasks:
+                    forks[f["branch_id"]].append(f)
+        pairs = (
+            local_pair(b, forks[b["branch_id"]], discards, steps, self.cfg.label_arm_rule)
+            for b in sorted(branches, key=lambda b: b["branch_id"])
         )
-        stats.failures.update(discards)
-        stats.extra["yield"] = yield_summary(pairs, discards, len(tasks))
-        return pairs
+        return [p for p in pairs if p is not None]
 
-    upstream = ("sample", "branch", "fork") if local else ("sample",)
-    return run_rank(
-        stage, "pair", run, StageInputs([run, cfg], seed, CODE_VERSION, upstream=upstream), compute
-    )
+    def compute(self, run: RunConfig) -> bool:
+        steps = step_measure(run.benchmark)
+
+        def rows(stats: StageStats) -> list[dict]:
+            rollouts = read_stage(self.stage_dir("sample"), "rollout", run.world_size).to_pylist()
+            tasks = shard_items(sorted({r["task_id"] for r in rollouts}), run.rank, run.world_size)
+            mine = set(tasks)
+            discards: Counter = Counter()
+            pairs: list[dict] = []
+            if self.cfg.label_kinds in ("both", "episode"):
+                pairs += self.episode_pairs(
+                    [r for r in rollouts if r["task_id"] in mine], tasks, discards, steps
+                )
+            if self.local:
+                pairs += self.local_pairs(run.world_size, mine, discards, steps)
+            pairs.sort(key=lambda p: p["pair_id"])
+            stats.tokens = sum(
+                len(p["chosen_ids"]) + len(p["rejected_ids"]) + len(p["prompt_ids"]) for p in pairs
+            )
+            stats.failures.update(discards)
+            stats.extra["yield"] = yield_summary(pairs, discards, len(tasks))
+            return pairs
+
+        upstream = ("sample", "branch", "fork") if self.local else ("sample",)
+        inputs = StageInputs([run, self.cfg], self.seed, CODE_VERSION, upstream=upstream)
+        return run_rank(self.stage_dir(), "pair", run, inputs, rows)

@@ -193,7 +193,7 @@ def check_targets(summary: dict, paired: dict) -> dict:
 def stage_seconds(runs_dir: str, exps: list[str]) -> dict:
     """Seconds each experiment's stages recorded (linked stages counted once, in the main line)."""
     from selskill.data.layout import StageDir
-    from selskill.stages.common import collect_stats
+    from selskill.data.stage_stats import collect_stats
 
     out: dict = {}
     for exp in exps:

@@ -13,9 +13,9 @@ import json
 
 from selskill.config import Recipe
 from selskill.data.layout import StageDir, resolve_round_policy, round_dir
+from selskill.data.stage_stats import collect_stats
 from selskill.executors import Executor, make_executor
 from selskill.metrics import sum_yields
-from selskill.stages.common import collect_stats
 from selskill.stages.table import round_stages, run_entry
 
 

@@ -1,26 +1,36 @@
-"""The stage table: a round's stages in order, each with one entry `run(recipe, rank, world_size)`.
+"""The stage table: a round's stages in order, each a step (`selskill.executors.base.Step`).
 
 Every way of running a round reads this table: `selskill round` / `make round` /
 `pipelines/round.py` hand it to the recipe's executor, and `pipelines/<stage>.py` /
 `python -m selskill.stages <stage>` run one rank of one entry (what each Slurm array task
-runs). The adapters below only pick a stage's recipe sections, and log the stage to wandb
-once its ranks are complete (`selskill.stages.wandb_log`); the stages themselves
-(`selskill/stages/<stage>.py`) are unchanged, so a row is the same whichever executor or
-entry point computed it.
+runs). The sharded stages' steps live with their stage (`selskill/stages/<stage>.py`); the
+two one-job stages are here: init (the games, and in round 1 the starting policy and its
+round-0 eval) and train (`selskill.train`, which knows nothing of the stages). A row is the
+same whichever executor or entry point computed it.
 """
 
 from __future__ import annotations
 
-import functools
+import dataclasses
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from selskill.config import Recipe, load_recipe
+from selskill.config.run import PolicyConfig, RunConfig
 from selskill.data.gguf_source import is_gguf_source
 from selskill.data.layout import policy_dir, resolve_round_policy, round_dir
 from selskill.errors import ExplainedError, run_main
-from selskill.executors.base import Stage, StageFailed
-from selskill.stages.wandb_log import log_stage
+from selskill.executors.base import StageFailed, Step
+from selskill.stages.branch import BranchStep
+from selskill.stages.evaluate import EvalStep
+from selskill.stages.fork import ForkStep
+from selskill.stages.label import LabelStep
+from selskill.stages.sample import SampleStep
+
+if TYPE_CHECKING:  # the train section imports TRL
+    from selskill.config.train import TrainConfig
 
 
 def ensure_init_policy(recipe: Recipe) -> Path | None:
@@ -35,8 +45,8 @@ def ensure_init_policy(recipe: Recipe) -> Path | None:
         return None
     out = policy_dir(recipe.run.runs_dir, recipe.run.exp, 1)
     from selskill.registry import benchmark
-    from selskill.stages.common import balanced_tasks
-    from selskill.stages.context import retriever, runner_library
+    from selskill.stages.runner_setup import retriever, runner_library
+    from selskill.stages.task_source import balanced_tasks
 
     spec = benchmark(recipe.run.benchmark)
 
@@ -59,127 +69,83 @@ def ensure_init_policy(recipe: Recipe) -> Path | None:
     )
 
 
-def init_stage(recipe: Recipe) -> Path | None:
+@dataclass
+class InitStep(Step):
     """The games (generated once), and in round 1 the starting policy and its round-0 eval.
 
     The starting policy (built or given) is Table 1's first row and the paired baseline;
     an experiment whose round 0 links another's (the replication's variants) leaves that
-    eval to it. Round 0's eval is one rank, whatever the round's world size.
+    eval to it. Round 0's eval is one rank, whatever the round's world size. It holds the
+    whole recipe: the benchmark's init builder reads its init, policy and rollout sections.
     """
-    from selskill.stages.context import ensure_games
-    from selskill.stages.evaluate import run_eval
 
-    run = recipe.run
-    ensure_games(run)
-    if run.round != 1:
-        return None
-    built = ensure_init_policy(recipe)
-    start = resolve_round_policy(run, recipe.policy)[0]
-    if not round_dir(run.runs_dir, run.exp, 0).is_symlink():
-        run0 = run.replace(round=0, rank=0, world_size=1, redo=False)
-        if run_eval(run0, recipe.policy, recipe.rollout, recipe.eval, recipe.seed, model_path=start):
-            log_stage(recipe, "eval", run0)
-    return built
+    name = "init"
+    doc = "games; round 1: the starting policy and its round-0 eval"
+    sharded = False
 
+    recipe: Recipe
 
-def sample_stage(recipe: Recipe):
-    from selskill.stages.sample import run_sample
+    @classmethod
+    def of(cls, recipe: Recipe) -> InitStep:
+        return cls(recipe)
 
-    computed = run_sample(recipe.run, recipe.policy, recipe.rollout, recipe.sample, recipe.seed)
-    log_stage(recipe, "sample")
-    return computed
+    def run(self, rank: int = 0, world_size: int = 1) -> Path | None:
+        from selskill.stages.task_source import ensure_games
 
-
-def branch_stage(recipe: Recipe):
-    from selskill.stages.branch import run_branch
-
-    computed = run_branch(recipe.run, recipe.policy, recipe.rollout, recipe.branch, recipe.seed)
-    log_stage(recipe, "branch")
-    return computed
+        self.one_job(rank, world_size)
+        recipe, run = self.recipe, self.recipe.run
+        ensure_games(run)
+        if run.round != 1:
+            return None
+        built = ensure_init_policy(recipe)
+        start = resolve_round_policy(run, recipe.policy)[0]
+        if not round_dir(run.runs_dir, run.exp, 0).is_symlink():
+            run0 = run.replace(round=0, rank=0, world_size=1, redo=False)
+            step = EvalStep.of(recipe)
+            dataclasses.replace(step, run_config=run0, model_path=start).run()
+        return built
 
 
-def fork_stage(recipe: Recipe):
-    from selskill.stages.fork import run_fork
+@dataclass
+class TrainStep(Step):
+    """In this process, or relaunched under the recipe's `train_accelerate_config` from its command line
+    (`argv`: how the processes `accelerate launch` starts receive the recipe)."""
 
-    computed = run_fork(recipe.run, recipe.policy, recipe.rollout, recipe.fork, recipe.seed)
-    log_stage(recipe, "fork")
-    return computed
+    name = "train"
+    doc = "DPO on the round's pairs (accelerate parallelises it)"
+    sharded = False
 
+    run_config: RunConfig
+    policy: PolicyConfig
+    train: TrainConfig
+    argv: tuple[str, ...] | None = None
 
-def label_stage(recipe: Recipe):
-    from selskill.stages.label import run_label
+    @classmethod
+    def of(cls, recipe: Recipe) -> TrainStep:
+        return cls(recipe.run, recipe.policy, recipe.train, recipe.argv)
 
-    computed = run_label(recipe.run, recipe.label, recipe.seed)
-    log_stage(recipe, "label")
-    return computed
+    def run(self, rank: int = 0, world_size: int = 1) -> None:
+        from selskill.train.run import launch_parsed
 
+        self.one_job(rank, world_size)
+        status = launch_parsed(self.run_config, self.policy, self.train, self.argv)
+        if status:  # the relaunched trainer said why in its own one line; its status says whose fault
+            raise StageFailed(
+                f"the train stage exited with status {status} (its error is above)", status=status
+            )
 
-def train_stage(recipe: Recipe) -> None:
-    """In this process, or relaunched under the recipe's `train_accelerate_config` from its command line."""
-    from selskill.train.run import launch_parsed
+    def complete(self) -> bool:
+        from selskill.train.stage import COMPLETED
 
-    if launch_parsed(recipe.run, recipe.policy, recipe.train, recipe.argv) != 0:
-        raise StageFailed("the train stage failed (see its output above)")
-
-
-def eval_stage(recipe: Recipe):
-    from selskill.stages.evaluate import run_eval
-
-    metrics = run_eval(recipe.run, recipe.policy, recipe.rollout, recipe.eval, recipe.seed)
-    if metrics is not None:  # this rank found every rank complete and wrote metrics.json
-        log_stage(recipe, "eval")
-    return metrics
-
-
-def _markers_complete(name: str, recipe: Recipe) -> bool:
-    """A sharded stage is complete when every rank's completion marker verifies (the eval: with
-    `eval_headroom`, those of its no-skills episodes too)."""
-    from selskill.data.layout import StageDir
-
-    run, cfg = recipe.run, recipe.eval
-    stages = [name]
-    if name == "eval":
-        stages = [cfg.stage, cfg.headroom_stage] if cfg.eval_headroom else [cfg.stage]
-    return all(
-        StageDir.of(run.runs_dir, run.exp, run.round, stage).is_complete(r)
-        for stage in stages
-        for r in range(run.world_size)
-    )
+        run = self.run_config
+        return (round_dir(run.runs_dir, run.exp, run.round) / "train" / COMPLETED).exists()
 
 
-def _markers(name: str) -> Callable[[Recipe], bool]:
-    # a partial of a module-level function: stages travel pickled to worker processes
-    return functools.partial(_markers_complete, name)
-
-
-def _train_complete(recipe: Recipe) -> bool:
-    from selskill.train.stage import COMPLETED
-
-    run = recipe.run
-    return (round_dir(run.runs_dir, run.exp, run.round) / "train" / COMPLETED).exists()
-
-
-STAGES: tuple[Stage, ...] = (
-    Stage("init", init_stage, sharded=False, doc="games; round 1: the starting policy and its round-0 eval"),
-    Stage(
-        "sample", sample_stage, doc="K rollouts per task from round r-1's policy", complete=_markers("sample")
-    ),
-    Stage("branch", branch_stage, doc="the decision points worth forking", complete=_markers("branch")),
-    Stage("fork", fork_stage, doc="invoke and skip continuations from each point", complete=_markers("fork")),
-    Stage("label", label_stage, doc="preference pairs: outcome, then efficiency", complete=_markers("label")),
-    Stage(
-        "train",
-        train_stage,
-        sharded=False,
-        doc="DPO on the round's pairs (accelerate parallelises it)",
-        complete=_train_complete,
-    ),
-    Stage("eval", eval_stage, doc="greedy episodes on the held-out splits", complete=_markers("eval")),
-)
+STAGES: tuple[type[Step], ...] = (InitStep, SampleStep, BranchStep, ForkStep, LabelStep, TrainStep, EvalStep)
 BY_NAME = {s.name: s for s in STAGES}
 
 
-def round_stages(names: Sequence[str] | None = None) -> list[Stage]:
+def round_stages(names: Sequence[str] | None = None) -> list[type[Step]]:
     """The round's stages in table order (`names`: only these)."""
     if names is None:
         return list(STAGES)
@@ -213,14 +179,14 @@ def run_entry(job: Callable[[Recipe], object], argv: Sequence[str] | None = None
 def stage_main(name: str, argv: Sequence[str] | None = None) -> int:
     """One rank of one stage in this process: the recipe's `rank` of its `world_size`."""
     stage = BY_NAME[name]
-    if stage.name == "train":  # under `accelerate launch` with DeepSpeed on CPUs, before any config is built
+    if stage is TrainStep:  # under `accelerate launch` with DeepSpeed on CPUs, before any config is built
         from selskill.train.launch import init_cpu_deepspeed
 
         init_cpu_deepspeed()
 
     def job(r: Recipe):
-        if r.train.dry_run and stage.name != "train":
+        if r.train.dry_run and stage is not TrainStep:
             return describe_only(r, stage.name, r.run.rank)
-        return stage.run(r, r.run.rank, r.run.world_size) if stage.sharded else stage.run(r)
+        return stage.of(r).run(r.run.rank, r.run.world_size) if stage.sharded else stage.of(r).run()
 
     return run_entry(job, argv)

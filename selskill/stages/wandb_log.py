@@ -1,6 +1,6 @@
 """Each stage's yield and metrics, logged to its wandb run once every rank of it is complete.
 
-The stage table's entries call `log_stage` after their rank (`selskill/stages/table.py`):
+Each stage's step calls `log_stage` after its rank (`selskill.stages.round_step`):
 the process that finds every rank's completion marker logs the stage, with whichever
 executor ran the ranks. Everything logged is read from files the ranks keep (their stats,
 markers, a few shard columns, the eval's metrics.json), never from one process's memory,
@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import Counter
+from collections.abc import Sequence
 
 import yaml
 
@@ -174,16 +175,13 @@ def _content_key(stages: list[StageDir], world_size: int) -> str | None:
     return h.hexdigest()[:16]
 
 
-def log_stage(recipe, name: str, run=None) -> bool:
-    """Log stage `name` of round `run.round` (default: the recipe's) to its wandb run, if the recipe's
-    `report_to` has wandb and every rank of the stage is complete; True when it was logged now."""
-    run = run or recipe.run
-    if not wandb_wanted(recipe.train.report_to):
+def log_stage(run, name: str, report_to, also: Sequence[str] = ()) -> bool:
+    """Log stage `name` of round `run.round` to its wandb run, if `report_to` (the train section's) has wandb
+    and every rank of the stage, and of the stages `also` beside it, is complete; True when it was logged now."""
+    if not wandb_wanted(report_to):
         return False
     stage = StageDir.of(run.runs_dir, run.exp, run.round, name)
-    parts = [stage]
-    if name == "eval" and recipe.eval.eval_headroom:
-        parts.append(StageDir.of(run.runs_dir, run.exp, run.round, recipe.eval.headroom_stage))
+    parts = [stage, *(StageDir.of(run.runs_dir, run.exp, run.round, a) for a in also)]
     key = _content_key(parts, run.world_size)
     if key is None:
         return False

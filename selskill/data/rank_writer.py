@@ -1,7 +1,7 @@
-"""What every data stage shares: rank sharding, atomic outputs, completion markers, stats.
+"""How one rank of a stage is written: the writer's half of the run-directory contract.
 
 A stage is a pure function of (inputs, config, seed, rank, world_size). `run_rank` wraps
-it with the run-directory contract (docs/design.md, "The stage contract"):
+it with the contract (docs/design.md, "The stage contract"):
 - one writer per rank: the rank holds `locks/NNNNN.lock` (flock) while it runs, and a
   second process on the same rank is refused with a message naming the holder;
 - a rank is skipped only when its completion marker verifies (its shard has exactly the
@@ -11,18 +11,15 @@ it with the run-directory contract (docs/design.md, "The stage contract"):
   marker that does not verify is recomputed;
 - shard, stats and marker are each written to a unique temporary file then renamed, the
   marker last, so a crash at any point leaves the rank incomplete, never half-written.
-Any rank can run as its own process on any machine.
+Any rank can run as its own process on any machine. The reader's half is
+`selskill.data.contract`; what a marker records is `selskill.data.inputs`.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import time
-from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 
 import yaml
 
@@ -36,52 +33,9 @@ from selskill.data.shards import (
     write_shard,
     write_text_atomic,
 )
+from selskill.data.stage_stats import StageStats
 
 logger = logging.getLogger(__name__)
-
-
-def stable_seed(*parts: object) -> int:
-    """A 62-bit seed from any parts, identical in every process (unlike hash())."""
-    digest = hashlib.sha256("\x1f".join(str(p) for p in parts).encode()).digest()
-    return int.from_bytes(digest[:8], "little") & ((1 << 62) - 1)
-
-
-def shard_items(items: Sequence, rank: int, world_size: int) -> list:
-    """Round-robin split of a sorted item list: deterministic and balanced."""
-    return list(items[rank::world_size])
-
-
-def balanced_tasks(records, max_tasks: int) -> list[str]:
-    """Task ids interleaved across task types (sorted within each), cut at `max_tasks` (0 = all).
-
-    A prefix of a sorted id list would be all one task type; interleaving keeps any cut balanced.
-    """
-    by_type: dict[str, list[str]] = {}
-    for g in sorted(records, key=lambda g: g.task_id):
-        by_type.setdefault(g.task_type, []).append(g.task_id)
-    out = []
-    queues = [by_type[t] for t in sorted(by_type)]
-    for i in range(max((len(q) for q in queues), default=0)):
-        out += [q[i] for q in queues if i < len(q)]
-    return out[:max_tasks] if max_tasks > 0 else out
-
-
-@dataclass
-class StageStats:
-    rows: int = 0
-    tokens: int = 0
-    seconds: float = 0.0
-    failures: Counter = field(default_factory=Counter)
-    extra: dict = field(default_factory=dict)
-
-    def to_dict(self) -> dict:
-        return {
-            "rows": self.rows,
-            "tokens": self.tokens,
-            "seconds": round(self.seconds, 3),
-            "failures": dict(sorted(self.failures.items())),
-            **self.extra,
-        }
 
 
 def write_stage_config(stage: StageDir, configs: Sequence, seed: int | None = None) -> None:
@@ -145,6 +99,27 @@ def _refuse_games_changed_since_upstream(stage: StageDir, inputs: StageInputs) -
             )
 
 
+def _reusable(
+    stage: StageDir, rank: int, inputs: StageInputs, record: dict, log: Callable[[str], None]
+) -> bool:
+    """Whether rank `rank`'s marker verifies and recorded `record`'s inputs (other inputs are refused)."""
+    name, marker = stage.path.name, stage.read_marker(rank)
+    if marker is None:
+        return False
+    problem = stage.problem(rank)
+    if problem is not None:
+        log(f"{name}: rank {rank} is recomputed: {problem}")
+        return False
+    if "inputs" not in marker:
+        log(f"{name}: rank {rank}'s marker predates recorded inputs: reused unchecked (--redo recomputes)")
+    else:
+        if "games" in record and "games" not in marker["inputs"]:
+            log(f"{name}: rank {rank}'s marker predates recorded games: reused unchecked (--redo recomputes)")
+        _refuse_changed(stage, rank, inputs.changes(marker["inputs"], record), f"rank {rank}")
+    log(f"{name}: rank {rank} already complete, skipping ({stage.marker(rank)})")
+    return True
+
+
 def run_rank(
     stage: StageDir,
     kind: str,
@@ -160,30 +135,15 @@ def run_rank(
     upstream stages are verified before this rank's marker is removed, so a run (`--redo`
     included) that fails on a missing or corrupt input leaves every marker as it was.
     """
-    rank, name = run.rank, stage.path.name
+    rank = run.rank
     with rank_lock(stage, rank, log):
         for path in (stage.shard(rank), stage.stats_file(rank), stage.marker(rank)):
             for tmp in stale_tmp_files(path):  # left by a writer of this rank that was killed
                 tmp.unlink(missing_ok=True)
         record = inputs.record(stage)
-        marker = stage.read_marker(rank)
-        if marker is not None and not run.redo:
-            problem = stage.problem(rank)
-            if problem is None:
-                if "inputs" not in marker:
-                    log(
-                        f"{name}: rank {rank}'s marker predates recorded inputs: reused unchecked (--redo recomputes)"
-                    )
-                else:
-                    if "games" in record and "games" not in marker["inputs"]:
-                        log(
-                            f"{name}: rank {rank}'s marker predates recorded games: reused unchecked (--redo recomputes)"
-                        )
-                    _refuse_changed(stage, rank, inputs.changes(marker["inputs"], record), f"rank {rank}")
-                log(f"{name}: rank {rank} already complete, skipping ({stage.marker(rank)})")
-                return False
-            log(f"{name}: rank {rank} is recomputed: {problem}")
         if not run.redo:
+            if _reusable(stage, rank, inputs, record, log):
+                return False
             for other in stage.completed_ranks():
                 recorded = (stage.read_marker(other) or {}).get("inputs") if other != rank else None
                 if recorded is not None:
@@ -204,35 +164,3 @@ def run_rank(
         marker = {**shard_digest(stage.shard(rank)), "finished": time.time()}
         write_json_atomic(marker | {"fingerprint": fingerprint(record), "inputs": record}, stage.marker(rank))
     return True
-
-
-def record_skipped_games(stats: StageStats | None, index, log: Callable[[str], None] = logger.info) -> None:
-    """Games the index skipped (unreadable, unsupported, ...): counted in the stage's stats and said."""
-    if not index.skipped:
-        return
-    if stats is not None:
-        skipped = Counter(stats.extra.get("games_skipped", {}))
-        skipped.update(index.skipped)
-        stats.extra["games_skipped"] = dict(sorted(skipped.items()))
-    log(f"games: {index.summary()}")
-
-
-def collect_stats(stage: StageDir) -> dict:
-    """Sum of the per-rank stats files of a stage."""
-    total: dict = {"rows": 0, "tokens": 0, "seconds": 0.0, "failures": Counter(), "games_skipped": Counter()}
-    for f in sorted(stage.stats.glob("*.json")) if stage.stats.is_dir() else []:
-        s = json.loads(f.read_text())
-        total["rows"] += s.get("rows", 0)
-        total["tokens"] += s.get("tokens", 0)
-        total["seconds"] += s.get("seconds", 0.0)
-        total["failures"].update(s.get("failures", {}))
-        total["games_skipped"].update(s.get("games_skipped", {}))
-    total["failures"] = dict(total["failures"])
-    total["games_skipped"] = dict(total["games_skipped"])
-    return total
-
-
-def progress_bar(total: int, desc: str):
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, desc=desc, unit="ep", dynamic_ncols=True)

@@ -1,15 +1,10 @@
-"""How the recipe's rollout and games sections become objects for the stages that play episodes.
+"""How the recipe's rollout section becomes the episode runner every stage that plays episodes uses.
 
 Sampling, forking and evaluation must play with the same prompt, skill listing and
 budgets (a fork continues an episode under the exact conditions it was sampled under), so
-those knobs live in one `RolloutConfig` (`selskill.config.rollout`) and one `make_runner`.
-
-The recipe's `benchmark` picks the environment, and everything a stage needs of it comes
-from its spec (`selskill.registry`) through here: `game_index(run, split)` (the
-env's task index: `games` records with `task_id` and `task_type`, `by_id`, `skipped`,
-`patched`), `games_identity(run, splits)` (what those tasks are made of),
-`skill_library(env)`, `turn_format(rollout, env)` and `make_runner`, which reads the env
-off the index. Task ids are `<split>/<id>` in every env.
+those knobs live in one `RolloutConfig` (`selskill.config.rollout`) and one `make_runner`,
+which reads the env off the task index: its spec (`selskill.registry`) supplies
+the episode hooks, turn format and skills.
 
 The rollout section's `retrieval_*` keys reach the runner here too (`runner_library`,
 `retriever`): sample, fork and eval list skills the same way, so a fork's continuation sees
@@ -22,12 +17,11 @@ import dataclasses
 from collections.abc import Sequence
 
 from selskill.agent.eval_modes import prompt_setup
-from selskill.agent.runner import EpisodeRunner, RunnerConfig
+from selskill.agent.runner import EpisodeRunner, EpisodeSpec, RunnerConfig
 from selskill.agent.turn_format import TurnFormat
 from selskill.config.rollout import RolloutConfig
-from selskill.config.run import PolicyConfig, RunConfig
-from selskill.data.layout import check_model_source, resolve_round_policy
-from selskill.policy.settings import backend_settings, open_policy
+from selskill.config.run import RunConfig
+from selskill.data.records import Rollout
 from selskill.registry import DEFAULT_BENCHMARK, benchmark, benchmark_of_index
 from selskill.skills import SkillLibrary
 from selskill.skills.distractors import library_of_size
@@ -40,8 +34,7 @@ DISTRACTOR_SEED = 0
 
 
 def turn_format(rollout: RolloutConfig, env: str = DEFAULT_BENCHMARK, settings=None) -> TurnFormat:
-    """The turn format the rollout section and the benchmark's own section (`settings`; None: its
-    defaults) ask for on benchmark `env`."""
+    """The turn format the rollout section asks for on benchmark `env`."""
     return benchmark(env).turn_format(rollout, settings)
 
 
@@ -60,27 +53,6 @@ def runner_config(rollout: RolloutConfig, temperature: float, top_p: float = 1.0
         pseudo_skills=rollout.retrieval_pseudo_skills,
         pseudo_skill_tokens=rollout.retrieval_pseudo_max_new_tokens,
     )
-
-
-def sampling_policy_path(run: RunConfig, pol: PolicyConfig) -> str:
-    """Round r samples with the policy it starts from (see `resolve_round_policy`)."""
-    return resolve_round_policy(run, pol)[0]
-
-
-def load_policy(pol: PolicyConfig, path: str, rollout: RolloutConfig, seed: int = 0):
-    check_model_source(path, "the policy")
-    return open_policy(path, backend_settings(pol, rollout, seed))
-
-
-def game_index(run: RunConfig, split: str):
-    """The tasks of split `split` of the recipe's benchmark."""
-    return benchmark(run.benchmark).task_index(run, split)
-
-
-def games_identity(run: RunConfig, splits: Sequence[str]) -> dict:
-    """What the tasks of each of `splits` are made of, as a stage records it (`StageInputs.games`)."""
-    identity = benchmark(run.benchmark).identity
-    return {split: identity(run, split) for split in splits}
 
 
 def skill_library(env: str = DEFAULT_BENCHMARK) -> SkillLibrary:
@@ -114,13 +86,6 @@ def eval_library(rollout: RolloutConfig, env: str, mode: str, listing_size: int 
     return prompt_setup(mode, library, turn_format(rollout, env), rollout.listing_style).library
 
 
-def task_texts(index, task_ids: Sequence[str]) -> dict[str, str]:
-    """The task each of `task_ids` states at its start (the env's `EnvState.task`, what task
-    retrieval reads), from one environment of the index's benchmark reset to each task."""
-    env = benchmark_of_index(index).env_factory(index)()
-    return {t: env.reset(t).task for t in task_ids}
-
-
 def retriever(rollout: RolloutConfig, library: SkillLibrary) -> SkillRetriever | None:
     """The rollout section's retrieval over `library`; None where every skill is listed."""
     if rollout.retrieval_mode == "all" or not len(library):
@@ -136,14 +101,6 @@ def retriever(rollout: RolloutConfig, library: SkillLibrary) -> SkillRetriever |
                 "--retrieval_scorer bm25"
             )
     return SkillRetriever(library, cfg)
-
-
-def ensure_games(run: RunConfig, splits: Sequence[str] | None = None) -> None:
-    """The one-off data the recipe's benchmark needs (e.g. generated games) for `splits` (None: every
-    split it has), once."""
-    spec = benchmark(run.benchmark)
-    if spec.prepare is not None:
-        spec.prepare(run, spec.splits(run.benchmark_settings) if splits is None else splits)
 
 
 def make_runner(
@@ -182,3 +139,27 @@ def make_runner(
         retriever=ret,
         hooks=spec.hooks() if spec.hooks is not None else None,
     )
+
+
+def play_episodes(runner, specs: Sequence[EpisodeSpec], desc: str) -> list[dict]:
+    """`runner.run(specs)` with a progress bar of the episodes as they end."""
+    from tqdm.auto import tqdm
+
+    with tqdm(total=len(specs), desc=desc, unit="ep", dynamic_ncols=True) as bar:
+        return runner.run(specs, progress=bar.update)
+
+
+def rollout_row(spec: EpisodeSpec, episode: dict, run: RunConfig, policy_id: str) -> dict:
+    """The rollout row of `spec`'s played `episode` (sample and eval: `spec.meta` holds the task type
+    and, for a sample, its index `k`)."""
+    return Rollout.of_episode(
+        episode,
+        rollout_id=spec.episode_id,
+        run=run.exp,
+        round=run.round,
+        task_id=spec.task_id,
+        task_type=spec.meta["task_type"],
+        sample_idx=spec.meta.get("k", 0),
+        policy_id=policy_id,
+        seed=spec.seed,
+    ).to_row()
