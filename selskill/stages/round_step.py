@@ -10,7 +10,6 @@ whichever executor ran the ranks, the last one to finish logs.
 
 from __future__ import annotations
 
-import dataclasses
 from abc import abstractmethod
 from dataclasses import dataclass
 from typing import Any, ClassVar

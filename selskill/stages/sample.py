@@ -58,7 +58,12 @@ class SampleStep(PolicyStep):
             specs = self.specs(run, tasks, index)
             policy = load_policy(self.policy, path, self.rollout, self.seed)
             runner = make_runner(
-                policy, index, self.rollout, cfg.sample_temperature, cfg.sample_top_p, settings=run.benchmark_settings
+                policy,
+                index,
+                self.rollout,
+                cfg.sample_temperature,
+                cfg.sample_top_p,
+                settings=run.benchmark_settings,
             )
             stats.extra["games_patched_from_old_grammar"] = index.patched
             episodes = play_episodes(runner, specs, f"sample r{run.round} rank {run.rank}")
