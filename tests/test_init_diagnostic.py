@@ -3,7 +3,7 @@
 import torch
 
 from selskill.agent.turn_format import render_action, render_skill_call
-from selskill.init import alfworld_turn_accuracy as mod
+from selskill.benchmarks.alfworld import turn_accuracy as mod
 from selskill.init.demos import Demo
 
 
