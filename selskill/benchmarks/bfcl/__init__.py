@@ -87,6 +87,12 @@ def _retrieval_episodes(bench):
     return retrieval_episodes(bench)
 
 
+def _bench_commands():
+    from selskill.benchmarks.bfcl.commands import BENCH_COMMANDS
+
+    return BENCH_COMMANDS
+
+
 def _build_init(recipe, out, **resolved):
     from selskill.benchmarks.bfcl.init_policy import build_from_recipe
 
@@ -113,6 +119,7 @@ BENCHMARK = register(
         build_init=_build_init,
         retrieval_episodes=_retrieval_episodes,
         check_recipe=_check_recipe,
+        bench_commands=_bench_commands,
         states_thinking=True,
         wording=Wording(
             task_type="BFCL category",
