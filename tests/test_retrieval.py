@@ -51,9 +51,9 @@ from selskill.skills.step_records import (
     EpisodePrefix,
     RecordConfig,
     Step,
-    alfworld_step,
     build_record,
     step_text,
+    text_step,
 )
 
 
@@ -69,7 +69,7 @@ def _heat_prefix() -> EpisodePrefix:
         ("take potato 1 from countertop 1", "You pick up the potato 1 from the countertop 1."),
         ("go to microwave 1", "You arrive at microwave 1. The microwave 1 is closed."),
     ):
-        p = p.extend(alfworld_step(command, obs), observation=obs)
+        p = p.extend(text_step(command, obs), observation=obs)
     return p
 
 

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from selskill.envs.base import EnvState
 from selskill.skills import SkillLibrary, render_listing
 from selskill.skills.retrieval import SkillRetriever
-from selskill.skills.step_records import EpisodePrefix, alfworld_step, skill_step
+from selskill.skills.step_records import EpisodePrefix, skill_step, text_step
 
 # what heads a `progress` listing at the end of an observation message
 STEP_SKILLS_HEADING = "Skills for this step:"
@@ -82,7 +82,7 @@ def first_prefix(state: EnvState) -> EpisodePrefix:
 
 def prefix_after_action(prefix: EpisodePrefix, action: str, observation: str) -> EpisodePrefix:
     """The prefix after an ALFWorld action and what the engine answered."""
-    return prefix.extend(alfworld_step(action, observation), observation=observation)
+    return prefix.extend(text_step(action, observation), observation=observation)
 
 
 def prefix_after_skill(prefix: EpisodePrefix, library: SkillLibrary, name: str, call) -> EpisodePrefix:

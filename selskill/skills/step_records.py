@@ -59,8 +59,8 @@ class EpisodePrefix:
         )
 
 
-def alfworld_step(command: str, observation: str) -> Step:
-    """An ALFWorld command; the engine says "Nothing happens." when it changed nothing."""
+def text_step(command: str, observation: str) -> Step:
+    """A text command; an engine that changed nothing says NO_EFFECT_FEEDBACK (as ALFWorld's does)."""
     return Step(command, observation, failed=observation.strip() == NO_EFFECT_FEEDBACK)
 
 
@@ -69,8 +69,8 @@ def skill_step(name: str, observation: str, precise: bool) -> Step:
     return Step(name, observation, failed=not precise, kind="skill")
 
 
-def bfcl_steps(info: dict) -> tuple[Step, ...]:
-    """The calls of one BFCL step, from `EnvState.info["call_results"]`."""
+def call_steps(info: dict) -> tuple[Step, ...]:
+    """The calls of one function-call step, from `EnvState.info["call_results"]` (as BFCL's env reports them)."""
     return tuple(
         Step(r["call"], str(r["output"]), failed=bool(r["error"]), kind="call")
         for r in info.get("call_results", [])

@@ -52,7 +52,7 @@ from selskill.agent.turn_format import (
 )
 from selskill.benchmarks.bfcl.env import DOC_STYLES, render_function_docs
 from selskill.envs.calls import decode_step
-from selskill.skills.step_records import EpisodePrefix, bfcl_steps
+from selskill.skills.step_records import EpisodePrefix, call_steps
 
 if TYPE_CHECKING:
     from selskill.envs.base import Env, EnvState
@@ -226,7 +226,7 @@ def bfcl_first_prefix(state: EnvState) -> EpisodePrefix:
 def bfcl_prefix_after_step(prefix: EpisodePrefix, state: EnvState) -> EpisodePrefix:
     """Each call of an action is a step; a turn with none (an end of turn, a malformed or
     broken call list) adds no step but may bring the next request, the new goal."""
-    return prefix.extend(*bfcl_steps(state.info), observation=state.observation, goal=state.task)
+    return prefix.extend(*call_steps(state.info), observation=state.observation, goal=state.task)
 
 
 def bfcl_prefix_after_skill(

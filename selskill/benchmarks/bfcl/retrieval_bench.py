@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from selskill.bench_retrieval import Episode, Event, RetrievalBench
 from selskill.skills.model import SkillLibrary
-from selskill.skills.step_records import EpisodePrefix, bfcl_steps
+from selskill.skills.step_records import EpisodePrefix, call_steps
 
 BFCL_REFERENCE_SKILLS = {
     "GorillaFileSystem": "file_system_reference",
@@ -87,7 +87,7 @@ def bfcl_episodes(
                 if relevant:
                     events.append(Event(prefix, relevant))
             state = env.step(command)
-            prefix = prefix.extend(*bfcl_steps(state.info), observation=state.observation, goal=state.task)
+            prefix = prefix.extend(*call_steps(state.info), observation=state.observation, goal=state.task)
             if state.done:
                 break
         episodes.append(Episode("bfcl", task.id, task.turns[0], events))
