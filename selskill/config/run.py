@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from selskill.config.checks import check_choice
+from selskill.registry import DEFAULT_BENCHMARK, benchmark, names
 
 
 @dataclass
@@ -37,7 +38,7 @@ class RunConfig:
         default="selskill", metadata={"help": "wandb project (offline unless a key is set)"}
     )
     benchmark: str = field(
-        default="alfworld",
+        default=DEFAULT_BENCHMARK,
         metadata={
             "help": "the benchmark played: a registered plugin (selskill/benchmarks/<name>/: alfworld, bfcl, or an "
             "installed one); its keys are in its own section below"
@@ -54,8 +55,6 @@ class RunConfig:
             )
         if self.round < 0:
             raise ValueError(f"round must be >= 0; got {self.round}")
-        from selskill.registry import benchmark, names
-
         check_choice(self, "benchmark", names())
         # a run built without a recipe has its benchmark's defaults, as a recipe without its keys does
         settings = benchmark(self.benchmark).settings
