@@ -124,13 +124,14 @@ def _bfcl_demos(recipe: Path, games: Path) -> list:
     from selskill.agent.benchmarks import benchmark
     from selskill.config import load_recipe
     from selskill.init.bfcl_demos import BfclDemoMix, build_bfcl_demos
+    from selskill.init.demos import DemoPrompts
 
     r = load_recipe(["--config", str(recipe)])
     spec = benchmark(r.run.benchmark)
     env = spec.env_factory(spec.task_index(r.run, r.sample.sample_split))()
     mix = BfclDemoMix(opening_memory=1.0, useful=0.0, reference_memory=0.0, wrong_executable=0.0)
     fmt = spec.turn_format(r.rollout)
-    return build_bfcl_demos(env, mix=mix, seed=0, fmt=fmt, listing_style=r.rollout.listing_style).demos
+    return build_bfcl_demos(env, prompts=DemoPrompts(fmt, r.rollout.listing_style), mix=mix, seed=0).demos
 
 
 @dataclass(frozen=True)
