@@ -1,27 +1,32 @@
-"""Golden rows: a small round-1 data pipeline writes exactly the rows recorded in tests/data/golden_rows.json.
+"""Golden rows: a small round-1 data pipeline writes exactly the rows recorded under tests/data/.
 
-Refactors of the stages, the runner, the recipe or the executors must not change what a
-round writes. With the same recipe and seed, sample -> branch -> fork -> label here must
-reproduce the recorded token ids, roles, turns, logprobs, entropies, branch points, fork
-outcomes and preference pairs. New columns are fine (only the recorded ones are compared).
-Integers, strings and booleans compare exactly; logprobs, entropies and branch scores to
-`FLOAT_TOL`, because another CPU rounds matrix products differently.
+Refactors of the stages, the runner, the recipe, the executors or a benchmark's plumbing must
+not change what a round writes. With the same recipe and seed, sample -> branch -> fork ->
+label here must reproduce the recorded token ids, roles, turns, logprobs, entropies, branch
+points, fork outcomes and preference pairs, on each benchmark: ALFWorld (generated games,
+`tests/data/golden_rows.json`) and BFCL multi-turn (bfcl-eval's own tasks, backends and
+checker, `tests/data/golden_rows_bfcl.json`). New columns are fine (only the recorded ones
+are compared). Integers, strings and booleans compare exactly; logprobs, entropies and
+branch scores to `FLOAT_TOL`, because another CPU rounds matrix products differently.
 
-The policy is the conftest's tiny model, overfitted in place on one expert demonstration
-for `SFT_STEPS` plain AdamW steps (a random model writes only malformed turns, which give
-no branch point and no pair); the training is part of the fixture so that nothing binary
-is stored, and runs in float64 so that every CPU ends up with the same float32 weights
-(trained in float32, a different rounding grows over the steps past any tolerance).
+The policy is the conftest's tiny model, overfitted in place on one demonstration of the
+benchmark (the shortest that calls a skill) for its case's `sft_steps` plain AdamW steps (a
+random model writes only malformed turns, which give no branch point and no pair); the
+training is part of the fixture so that nothing binary is stored, and runs in float64 so
+that every CPU ends up with the same float32 weights (trained in float32, a different
+rounding grows over the steps past any tolerance).
 
-Regenerating the file is legitimate only when a change is *meant* to alter the rows (a
-new sampling rule, a fixed bug in what a stage writes; such a change also bumps that
-stage's CODE_VERSION) or when the recipe or policy below is changed on purpose. Then run
+Regenerating a file is legitimate only when a change is *meant* to alter the rows (a new
+sampling rule, a fixed bug in what a stage writes; such a change also bumps that stage's
+CODE_VERSION) or when a recipe or policy below is changed on purpose. Then run, for the
+benchmark concerned,
 
-    SELSKILL_WRITE_GOLDEN=1 pytest tests/test_golden_rows.py
+    SELSKILL_WRITE_GOLDEN=1 pytest tests/test_golden_rows.py -k alfworld   # golden_rows.json
+    SELSKILL_WRITE_GOLDEN=1 pytest tests/test_golden_rows.py -k bfcl       # golden_rows_bfcl.json
 
-(or `SELSKILL_WRITE_GOLDEN=some/path.json` to write elsewhere), review `git diff` of the
-file, and say in the commit why the rows changed. A failure after a pure refactor is a bug
-in the refactor, not a reason to regenerate.
+(or `SELSKILL_WRITE_GOLDEN=some/folder` to write the files, under the same names, there),
+review `git diff` of the file, and say in the commit why the rows changed. A failure after a
+pure refactor is a bug in the refactor, not a reason to regenerate.
 """
 
 from __future__ import annotations
@@ -31,15 +36,16 @@ import importlib.util
 import json
 import math
 import os
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-GOLDEN = Path(__file__).parent / "data" / "golden_rows.json"
+DATA = Path(__file__).parent / "data"
 WRITE_ENV = "SELSKILL_WRITE_GOLDEN"
 FLOAT_TOL = 1e-4
 FLOAT_COLUMNS = {"logprob", "entropy", "score", "branch_score"}
-SFT_STEPS = 100
 SFT_LR = 1e-2
 
 # sizes chosen so that the run has successes and failures, branch points in both pools,
@@ -60,6 +66,33 @@ fork_k_invoke: 1
 fork_k_skip: 1
 seed: 4
 """
+# two BFCL base tasks with the shortest ground truths (two user turns of one call each); the
+# policy learns the first one's demonstration, so it wins that task sometimes and the other
+# never, and forks at a lower temperature than samples so that both arms finish some calls
+BFCL_RECIPE = """\
+exp: t
+benchmark: bfcl
+bfcl_categories: base
+bfcl_scenarios: "100,139"
+sample_split: train
+eval_splits: train
+turn_doc_style: brief
+turn_examples: false
+turn_show_admissible: false
+sample_k: 3
+sample_max_tasks: 2
+sample_temperature: 0.7
+fork_temperature: 0.5
+max_decisions: 8
+max_new_tokens: 40
+concurrent_episodes: 6
+policy_batch_size: 8
+branch_top_post_skill: 1
+branch_top_ordinary: 1
+fork_k_invoke: 1
+fork_k_skip: 1
+seed: 0
+"""
 STAGES = ("sample", "branch", "fork", "label")
 KEYS = {"sample": "rollout_id", "branch": "branch_id", "fork": "fork_id", "label": "pair_id"}
 MISSING = "<column missing>"
@@ -79,14 +112,55 @@ def _run_stage(script: str, recipe: Path) -> int:
     return mod.main(["--config", str(recipe)])
 
 
-def _overfit_policy(model_dir: Path, games: Path, out: Path) -> Path:
-    """The tiny model after SFT_STEPS AdamW steps on the shortest demonstration that calls skills."""
+def _alfworld_demos(recipe: Path, games: Path) -> list:
+    from selskill.benchmarks.alfworld.demos import make_demos
+
+    return make_demos(games, seed=0)
+
+
+def _bfcl_demos(recipe: Path, games: Path) -> list:
+    """The recipe's train tasks played by their ground truth, each opening with a memory skill call,
+    rendered as the round's episodes are (the benchmark's turn format and env, from the registry)."""
+    from selskill.benchmarks.bfcl.demos import build_bfcl_demos
+    from selskill.benchmarks.bfcl.init_config import BfclDemoMix
+    from selskill.config import load_recipe
+    from selskill.init.demos import DemoPrompts
+    from selskill.registry import benchmark
+
+    r = load_recipe(["--config", str(recipe)])
+    spec = benchmark(r.run.benchmark)
+    env = spec.env_factory(spec.task_index(r.run, r.sample.sample_split))()
+    mix = BfclDemoMix(opening_memory=1.0, useful=0.0, reference_memory=0.0, wrong_executable=0.0)
+    fmt = spec.turn_format(r.rollout, r.settings)
+    return build_bfcl_demos(env, prompts=DemoPrompts(fmt, r.rollout.listing_style), mix=mix, seed=0).demos
+
+
+@dataclass(frozen=True)
+class Case:
+    """One benchmark's golden round: its recipe, the demonstrations its policy learns from, and for how long."""
+
+    golden: str  # file name under tests/data
+    recipe: str
+    demos: Callable[[Path, Path], list]  # (recipe file, generated games) -> winning demonstrations
+    sft_steps: int
+    needs: str | None = None  # a module the benchmark needs installed
+    plays_games: bool = False  # its recipe names the generated games (games_dir)
+
+
+# BFCL's demonstration is about 7k tokens (the system prompt holds the function docs), so its
+# policy trains for fewer steps, about as long as ALFWorld's
+CASES = {
+    "alfworld": Case("golden_rows.json", RECIPE, _alfworld_demos, sft_steps=100, plays_games=True),
+    "bfcl": Case("golden_rows_bfcl.json", BFCL_RECIPE, _bfcl_demos, sft_steps=60, needs="bfcl_eval"),
+}
+
+
+def _overfit_policy(model_dir: Path, demos: list, steps: int, out: Path) -> Path:
+    """The tiny model after `steps` AdamW steps on the shortest demonstration that calls skills."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from selskill.benchmarks.alfworld.demos import make_demos
-
-    demo = min((d for d in make_demos(games, seed=0) if d.n_skill_calls), key=lambda d: len(d.messages))
+    demo = min((d for d in demos if d.n_skill_calls), key=lambda d: len(d.messages))
     tok = AutoTokenizer.from_pretrained(model_dir)
     enc = tok.apply_chat_template(
         demo.messages, tokenize=True, return_dict=True, return_assistant_tokens_mask=True
@@ -101,11 +175,11 @@ def _overfit_policy(model_dir: Path, games: Path, out: Path) -> Path:
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float64)
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=SFT_LR, weight_decay=0.0)
-    warmup = max(1, SFT_STEPS // 20)  # linear warm-up, then cosine decay
+    warmup = max(1, steps // 20)  # linear warm-up, then cosine decay
     sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * s / SFT_STEPS))
+        opt, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * s / steps))
     )
-    for _ in range(SFT_STEPS):
+    for _ in range(steps):
         model(input_ids=ids, labels=labels).loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
@@ -322,35 +396,40 @@ def differences(got: dict, want: dict) -> list[str]:
 # --- the test ----------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def golden_run(tmp_path_factory, small_games, tiny_model_dir):
-    root = tmp_path_factory.mktemp("golden")
-    policy = _overfit_policy(tiny_model_dir, small_games, root / "policy")
+@pytest.fixture(scope="module", params=sorted(CASES))
+def golden_run(request, tmp_path_factory, small_games, tiny_model_dir):
+    """(case, the canonical rows of its round)."""
+    case = CASES[request.param]
+    if case.needs:
+        pytest.importorskip(case.needs)
+    root = tmp_path_factory.mktemp(f"golden_{request.param}")
     recipe = root / "recipe.yaml"
+    games = f"games_dir: {small_games}\n" if case.plays_games else ""
     recipe.write_text(
-        RECIPE + f"runs_dir: {root / 'runs'}\ngames_dir: {small_games}\nmodel_name_or_path: {policy}\n"
+        case.recipe + f"runs_dir: {root / 'runs'}\n{games}model_name_or_path: {root / 'policy'}\n"
     )
+    _overfit_policy(tiny_model_dir, case.demos(recipe, small_games), case.sft_steps, root / "policy")
     for stage in STAGES:
         assert _run_stage(stage, recipe) == 0, stage
-    return canonical_rows(root / "runs")
+    return case, canonical_rows(root / "runs")
 
 
 def test_round_rows_equal_the_recorded_ones(golden_run):
+    case, got = golden_run
+    golden = DATA / case.golden
     target = os.environ.get(WRITE_ENV)
     if target:
-        got = golden_run
         # a recording is only useful if every stage has rows worth comparing
-        pairs = got["label"].values()
         assert any(r["success"] for r in got["sample"].values()) and got["branch"] and got["fork"]
-        assert {p["kind"] for p in pairs} == {"episode", "local"}, "tune RECIPE: pairs of both kinds"
-        assert {b["pool"] for b in got["branch"].values()} == {"post_skill", "ordinary"}
-        path = GOLDEN if target == "1" else Path(target)
+        assert {p["kind"] for p in got["label"].values()} == {"episode", "local"}, "tune the recipe: pairs"
+        assert {b["pool"] for b in got["branch"].values()} == {"post_skill", "ordinary"}, "tune the recipe"
+        path = golden if target == "1" else Path(target) / case.golden
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(dump({"recipe": RECIPE, **got}))
+        path.write_text(dump({"recipe": case.recipe, **got}))
         pytest.skip(f"recorded {path}")
-    want = json.loads(GOLDEN.read_text())
-    assert want.pop("recipe") == RECIPE, (
-        f"RECIPE is not the one {GOLDEN.name} was recorded with: regenerate it"
+    want = json.loads(golden.read_text())
+    assert want.pop("recipe") == case.recipe, (
+        f"the recipe is not the one {golden.name} was recorded with: regenerate it"
     )
-    problems = differences(golden_run, want)
+    problems = differences(got, want)
     assert not problems, "rows differ from the recorded ones:\n" + "\n".join(problems)
