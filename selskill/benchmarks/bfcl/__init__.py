@@ -8,7 +8,7 @@ when a recipe is parsed; bfcl-eval loads when a task index is first built.
 from __future__ import annotations
 
 from selskill.benchmarks.bfcl.config import SPLITS, BfclConfig
-from selskill.config.checks import bad_value, check_at_least
+from selskill.config.checks import bad_value
 from selskill.registry import Benchmark, StepMeasure, Wording, register
 
 
@@ -76,9 +76,6 @@ def _check_recipe(sections: dict) -> None:
             "compact with benchmark: bfcl",
             "BFCL turns are non-thinking (the paper's App. G)",
         )
-    init = sections.get("InitConfig")
-    if init is not None:
-        check_at_least(init, 0, "init_bfcl_tasks", why="0 = every task of the train split")
 
 
 def _retrieval_episodes(bench):
