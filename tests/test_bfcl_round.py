@@ -64,7 +64,7 @@ def round_dir(tmp_path_factory):
     from selskill.benchmarks.bfcl.init_policy import BfclTrainTasks, build_bfcl_init_policy
     from selskill.config import load_recipe
     from selskill.config.init import InitTraining, SftSchedule
-    from selskill.init.demos import DemoPrompts
+    from selskill.sft.demos import DemoPrompts
     from selskill.stages.round import run_round
     from selskill.stages.runner_setup import turn_format
 

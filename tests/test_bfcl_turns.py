@@ -351,7 +351,7 @@ def test_bfcl_demonstrations_are_the_transcripts_the_runner_writes_for_their_tur
     """Each demo's assistant turns, played by the runner with the same listing, give the demo back."""
     from selskill.agent.listings import STEP_SKILLS_HEADING
     from selskill.benchmarks.bfcl.demos import DEMO_FORMAT, DEMO_LISTING_STYLE, build_bfcl_demos
-    from selskill.init.demos import DemoPrompts
+    from selskill.sft.demos import DemoPrompts
     from selskill.skills.distractors import library_of_size
     from selskill.skills.retrieval import RetrievalConfig, SkillRetriever
 

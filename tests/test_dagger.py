@@ -18,10 +18,10 @@ from selskill.benchmarks.alfworld.demos import DemoBudget, DemoEpisode, DemoMix
 from selskill.benchmarks.alfworld.env import AlfworldEnv, find_games
 from selskill.benchmarks.alfworld.expert import task_spec
 from selskill.benchmarks.alfworld.init_policy import build_init_policy
-from selskill.init.demos import DemoPrompts, DemoSetup
-from selskill.init.sft import MANIFEST
 from selskill.policy.hf import HFPolicy
 from selskill.policy.settings import HFSettings
+from selskill.sft.build import MANIFEST
+from selskill.sft.demos import DemoPrompts, DemoSetup
 
 
 @pytest.fixture(scope="module")

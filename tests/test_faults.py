@@ -400,7 +400,7 @@ def test_a_mistyped_recipe_is_named_without_a_stray_sed_error(capsys):
 
 def test_an_init_built_with_other_settings_names_them(tmp_path):
     from selskill.benchmarks.alfworld import init_policy as init_build
-    from selskill.init import sft
+    from selskill.sft import build as sft
 
     out = tmp_path / "round_0" / "train" / "model"
     out.mkdir(parents=True)

@@ -124,8 +124,8 @@ def _bfcl_demos(recipe: Path, games: Path) -> list:
     from selskill.benchmarks.bfcl.demos import build_bfcl_demos
     from selskill.benchmarks.bfcl.init_config import BfclDemoMix
     from selskill.config import load_recipe
-    from selskill.init.demos import DemoPrompts
     from selskill.registry import benchmark
+    from selskill.sft.demos import DemoPrompts
 
     r = load_recipe(["--config", str(recipe)])
     spec = benchmark(r.run.benchmark)

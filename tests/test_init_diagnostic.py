@@ -4,7 +4,7 @@ import torch
 
 from selskill.agent.turn_format import render_action, render_skill_call
 from selskill.benchmarks.alfworld import turn_accuracy as mod
-from selskill.init.demos import Demo
+from selskill.sft.demos import Demo
 
 
 class _Next:

@@ -15,10 +15,10 @@ from selskill.benchmarks.alfworld.init_policy import build_init_policy
 from selskill.benchmarks.alfworld.turn_format import AlfworldTurnFormat
 from selskill.config.init import InitConfig, InitTraining, SftSchedule
 from selskill.config.rollout import MAX_DECISIONS
-from selskill.init import sft as init_sft
-from selskill.init.demos import DemoPrompts
-from selskill.init.sft import COMPLETED, MANIFEST, sft_config, sft_dataset, sft_train
 from selskill.policy.bootstrap import IM_END, TinyArch, build_model, train_tokenizer
+from selskill.sft import build as init_sft
+from selskill.sft.build import COMPLETED, MANIFEST, sft_config, sft_dataset, sft_train
+from selskill.sft.demos import DemoPrompts
 from selskill.skills import SkillExecutor, render_listing
 
 MICRO = TinyArch(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,

@@ -492,7 +492,7 @@ def test_demonstrations_are_the_transcripts_the_runner_writes_for_their_turns(to
     """A demo built for a retrieval round, its assistant turns played by the runner, comes back
     message for message: same system prompt, same step listings, every call listed."""
     from selskill.benchmarks.alfworld.demos import build_demos
-    from selskill.init.demos import DemoPrompts
+    from selskill.sft.demos import DemoPrompts
 
     library = OWN if mode is None else BIG
     ret = None if mode is None else _retriever(mode, library)
@@ -526,7 +526,7 @@ def test_a_retrieval_init_refuses_dagger(tmp_path):
     from selskill.benchmarks.alfworld.dagger import DaggerSettings
     from selskill.benchmarks.alfworld.demos import DEMO_FORMAT
     from selskill.benchmarks.alfworld.init_policy import build_init_policy
-    from selskill.init.demos import DemoPrompts
+    from selskill.sft.demos import DemoPrompts
 
     # DAgger's own rollouts list every skill: a retrieval init would be trained on two prompts
     with pytest.raises(ValueError, match="init_dagger_iters: 1 with retrieval_mode: progress"):

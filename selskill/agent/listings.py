@@ -3,7 +3,7 @@
 A policy trained on demonstrations that list every skill and then sampled with a retrieval
 listing meets a prompt it never saw, and on the CPU micro policy that breaks its call syntax
 (docs/benchmarks.md, "Retrieval inside rounds"). So the episode host (sample, fork, eval) and
-the init's demonstrations (`selskill.init.demos`) take each decision's listing from here:
+the init's demonstrations (`selskill.sft.demos`) take each decision's listing from here:
 `DecisionListings` says what the system prompt lists and what a `progress` step appends to
 the observation the decision is taken on, and `prefix_after_action` / `prefix_after_skill`
 say how one ALFWorld turn extends the prefix retrieval reads.

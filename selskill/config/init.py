@@ -33,7 +33,7 @@ class TinyArch:
 @dataclass(frozen=True)
 class SftSchedule:
     """The init's TRL SFT: `pretrain_epochs` with every token in the loss, then `epochs` on the
-    assistant tokens, over the same demonstrations (`selskill.init.sft`)."""
+    assistant tokens, over the same demonstrations (`selskill.sft.build`)."""
 
     pretrain_epochs: float = 4.0
     epochs: float = 8.0

@@ -40,8 +40,8 @@ from selskill.benchmarks.alfworld.env import AlfworldEnv, GameRecord
 from selskill.benchmarks.alfworld.init_config import DaggerSettings, DemoBudget, DemoMix
 from selskill.config.init import SftSchedule
 from selskill.envs.base import EnvError
-from selskill.init.demos import Demo, DemoPrompts, DemoSetup
-from selskill.init.sft import fitting, init_device, sft_config, sft_train
+from selskill.sft.build import fitting, init_device, sft_config, sft_train
+from selskill.sft.demos import Demo, DemoPrompts, DemoSetup
 
 DAGGER_DEMOS = "dagger_demos.jsonl"  # the relabelled demonstrations of a DAgger build (all iterations)
 # the policy's episodes: a decision is one short command or call; episodes decode in batches

@@ -67,7 +67,7 @@ from selskill.benchmarks.alfworld.turn_format import AlfworldTurnFormat
 from selskill.envs.base import EnvError
 
 # The format the offline policy is trained and sampled with (the runner must use the same).
-from selskill.init.demos import Demo, DemoPrompts, DemoReport, DemoSetup
+from selskill.sft.demos import Demo, DemoPrompts, DemoReport, DemoSetup
 from selskill.skills import SkillCallRecord, SkillLibrary, render_listing
 
 DEMO_FORMAT = AlfworldTurnFormat(style="compact", show_admissible_commands=True, admissible_style="local")

@@ -18,7 +18,7 @@ generated.
 
 `play_expert` is the bare expert (no skill calls): `selskill verify-games` uses it to show
 that a game without a stored walkthrough (real ALFWorld data) is winnable, and the init
-demonstrations (`selskill.init.demos`) drive it with skill calls mixed in.
+demonstrations (`selskill.sft.demos`) drive it with skill calls mixed in.
 """
 
 from __future__ import annotations

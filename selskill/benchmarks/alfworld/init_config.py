@@ -30,7 +30,7 @@ class DemoBudget:
 
 @dataclass(frozen=True)
 class DemoMix:
-    """Rates at which skill calls are mixed into the expert's play (`selskill.init.demos`)."""
+    """Rates at which skill calls are mixed into the expert's play (`selskill.sft.demos`)."""
 
     opening_memory: float = 0.6
     premature_start: float = 0.6

@@ -6,7 +6,7 @@ directory's parent, `init_manifest.json` (settings, demo statistics, loss curve,
 and finally `COMPLETED`. A second call with the same settings finds both and returns at
 once; a call with different settings refuses to overwrite unless `redo=True`.
 
-Training is TRL's SFT (`selskill.init.sft`) in two phases over the same demonstrations.
+Training is TRL's SFT (`selskill.sft.build`) in two phases over the same demonstrations.
 Phase 1 (`pretrain_epochs`) puts every token in the loss: a model trained from scratch sees
 only a small fraction of the tokens as assistant tokens, too little signal to learn to read
 its context (copy "alarmclock 1" from "On the desk 1, you see a alarmclock 1"), and the
@@ -36,8 +36,8 @@ from selskill.benchmarks.alfworld.demos import ALFWORLD_PROMPTS, build_demos, to
 from selskill.benchmarks.alfworld.init_config import AlfworldDemos, DaggerSettings
 from selskill.config.init import InitTraining
 from selskill.data.inputs import changed_settings
-from selskill.init.demos import DemoPrompts
-from selskill.init.sft import (
+from selskill.policy.bootstrap import train_tokenizer
+from selskill.sft.build import (
     COMPLETED,
     MANIFEST,
     TrainedDemos,
@@ -51,7 +51,7 @@ from selskill.init.sft import (
     train_init_model,
     training_record,
 )
-from selskill.policy.bootstrap import train_tokenizer
+from selskill.sft.demos import DemoPrompts
 
 MANIFEST_VERSION = 1
 

@@ -73,7 +73,7 @@ def alfworld_episodes(
     from selskill.benchmarks.alfworld import load_alfworld_skills
     from selskill.benchmarks.alfworld.demos import ALFWORLD_PROMPTS, DemoBudget, MixState, play_on, task_spec
     from selskill.benchmarks.alfworld.env import AlfworldEnv, find_games
-    from selskill.init.demos import DemoSetup
+    from selskill.sft.demos import DemoSetup
 
     if games_dir is None:
         from selskill.benchmarks.alfworld.generate import generate_games

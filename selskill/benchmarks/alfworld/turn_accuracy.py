@@ -7,7 +7,7 @@ training games and on held-out games, and counts the assistant turns that greedy
 reproduces token for token under teacher forcing (the argmax at every position of the turn
 is the demonstrated token), overall and by turn kind (`go to`, `take`, tool calls per skill,
 ...). Skill-call decisions in the demonstrations are drawn at rates below 1 by design
-(selskill/init/demos.py), so those kinds cannot reach 100%; the manual actions can.
+(selskill/sft/demos.py), so those kinds cannot reach 100%; the manual actions can.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def turn_accuracy(model, tokenizer, demos) -> dict:
     import torch
 
     from selskill.benchmarks.alfworld import load_alfworld_skills
-    from selskill.init.sft import sft_dataset
+    from selskill.sft.build import sft_dataset
 
     skill_names = load_alfworld_skills().names
     kinds: dict[str, list[int]] = defaultdict(lambda: [0, 0])
@@ -68,8 +68,8 @@ def init_turn_accuracy(model_dir: str, heldout: str, games: int = 30) -> dict:
     from selskill.benchmarks.alfworld.env import find_games
     from selskill.benchmarks.alfworld.init_policy import train_games
     from selskill.benchmarks.alfworld.turn_format import AlfworldTurnFormat
-    from selskill.init.demos import DemoPrompts
-    from selskill.init.sft import read_manifest
+    from selskill.sft.build import read_manifest
+    from selskill.sft.demos import DemoPrompts
 
     manifest = read_manifest(model_dir)
     if manifest is None:

@@ -1,6 +1,6 @@
 """Demonstrations for an offline BFCL init policy: BFCL's ground truth with skill calls mixed in.
 
-The ALFWorld init (selskill/init/demos.py) has an exploring expert; on BFCL the expert is
+The ALFWorld init (selskill/sft/demos.py) has an exploring expert; on BFCL the expert is
 the ground truth itself: each train task is played through `BfclEnv` call by call, one call
 per step, with `[]` ending each user turn, and kept only if BFCL's checker judges it won. As
 on ALFWorld, skill calls are mixed in so that the init policy behaves like the paper's
@@ -48,7 +48,7 @@ from selskill.benchmarks.bfcl.episode import (
 )
 from selskill.benchmarks.bfcl.init_config import BfclDemoMix
 from selskill.envs.calls import Call, parse_one_call
-from selskill.init.demos import Demo, DemoPrompts, DemoReport, DemoSetup
+from selskill.sft.demos import Demo, DemoPrompts, DemoReport, DemoSetup
 from selskill.skills import CallStep, Skill, SkillLibrary
 from selskill.skills.executor import template_fields, value_has_type
 

@@ -22,8 +22,8 @@ from selskill.benchmarks.bfcl import load_bfcl_skills
 from selskill.benchmarks.bfcl.demos import BFCL_PROMPTS, bfcl_tokenizer_corpus, build_bfcl_demos
 from selskill.benchmarks.bfcl.init_config import BfclDemoMix
 from selskill.config.init import InitTraining
-from selskill.init.demos import DemoPrompts
-from selskill.init.sft import (
+from selskill.policy.bootstrap import train_tokenizer
+from selskill.sft.build import (
     TrainedDemos,
     build_listings,
     reuse_or_start,
@@ -33,7 +33,7 @@ from selskill.init.sft import (
     train_init_model,
     training_record,
 )
-from selskill.policy.bootstrap import train_tokenizer
+from selskill.sft.demos import DemoPrompts
 
 MANIFEST_VERSION = 2
 

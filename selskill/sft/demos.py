@@ -1,7 +1,7 @@
 """What every benchmark's demonstrations are made of, and where they are played.
 
 A benchmark plugin plays its own demonstrations (ALFWorld's expert with skill calls mixed in,
-BFCL's ground truth); the init SFT (`selskill.init.sft`) trains on any of them, so the
+BFCL's ground truth); the init SFT (`selskill.sft.build`) trains on any of them, so the
 record of one demonstration, a build's report of them and the prompts they are written in
 live here, below both.
 """

@@ -28,8 +28,8 @@ from pathlib import Path
 from selskill.agent.listings import DecisionListings
 from selskill.config.init import InitTraining, SftSchedule
 from selskill.data.inputs import changed_settings
-from selskill.init.demos import Demo, DemoPrompts, DemoReport
 from selskill.policy.bootstrap import build_model
+from selskill.sft.demos import Demo, DemoPrompts, DemoReport
 from selskill.skills import SkillLibrary
 
 COMPLETED = "COMPLETED"
