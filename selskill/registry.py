@@ -109,9 +109,18 @@ def _discover() -> None:
     if _discovered:
         return
     _discovered = True
-    modules = list(BUILTIN) + [ep.value for ep in entry_points(group=ENTRY_POINT_GROUP)]
-    for module in dict.fromkeys(modules):
+    for module in BUILTIN:
         importlib.import_module(module)
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        if ep.value in BUILTIN:
+            continue
+        try:
+            importlib.import_module(ep.value)
+        except ImportError as exc:
+            raise ImportError(
+                f"benchmark plugin {ep.name} ({ep.value}, an installed `{ENTRY_POINT_GROUP}` entry point) does not "
+                f"import: {exc}; install what it needs or uninstall it"
+            ) from exc
 
 
 def names() -> tuple[str, ...]:
