@@ -189,3 +189,32 @@ def test_a_third_benchmark_plays_a_round(counter, tiny_model_dir, tmp_path):
     assert metrics["benchmark"] == "counter" and metrics["steps"] == "decisions"
     assert set(metrics["splits"]) == {"test"}
     assert (r1 / "train" / "model").is_dir()
+
+
+def test_an_installed_plugin_is_found_by_its_entry_point(tmp_path, monkeypatch):
+    """A package that declares a `selskill.benchmarks` entry point is imported when the registry is first
+    asked; one that does not import is named with the fix."""
+    from importlib.metadata import EntryPoint
+
+    from selskill import registry
+
+    (tmp_path / "counter_plugin.py").write_text(
+        "from selskill.registry import Benchmark, StepMeasure, register\n"
+        "register(Benchmark(name='counter_ep', steps=StepMeasure('n_turns', 'steps_after_branch', 'decisions'),\n"
+        "    splits=lambda s: ('train',), held_out=('train',), task_index=None, identity=None,\n"
+        "    env_factory=None, skills=None, turn_format=None))\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    found = [EntryPoint("counter_ep", "counter_plugin", registry.ENTRY_POINT_GROUP)]
+    monkeypatch.setattr(
+        registry, "entry_points", lambda group: found if group == registry.ENTRY_POINT_GROUP else []
+    )
+    monkeypatch.setattr(registry, "_discovered", False)
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))  # the plugin leaves no trace
+    assert "counter_ep" not in registry._REGISTRY
+    assert {"alfworld", "bfcl", "counter_ep"} <= set(registry.names())
+    missing = [EntryPoint("gone", "no_such_plugin_module", registry.ENTRY_POINT_GROUP)]
+    monkeypatch.setattr(registry, "entry_points", lambda group: missing)
+    monkeypatch.setattr(registry, "_discovered", False)
+    with pytest.raises(ImportError, match="benchmark plugin gone .*install what it needs or uninstall it"):
+        registry.names()
