@@ -11,6 +11,7 @@ from selskill.agent.runner import EpisodeRunner, EpisodeSpec, ForkStart, RunnerC
 from selskill.agent.turn_format import ACTION_CLOSE, ACTION_OPEN, TOOL_CALL_OPEN, forced_prefix
 from selskill.benchmarks.alfworld import load_alfworld_skills
 from selskill.benchmarks.alfworld.env import AlfworldEnv, find_games
+from selskill.benchmarks.alfworld.episode import AlfworldHooks
 from selskill.benchmarks.alfworld.turn_format import AlfworldTurnFormat
 from selskill.policy.base import GenerationRequest, SamplingParams
 from selskill.policy.hf import HFPolicy
@@ -91,7 +92,9 @@ def test_a_constrained_skip_arm_plays_only_admissible_actions(policy, small_game
     index = find_games(small_games)
     task = next(t for t in AlfworldEnv(index).task_ids() if "pick_heat" in t)
     config = RunnerConfig(max_env_steps=6, max_new_tokens=24, temperature=1.0, action_choice="admissible")
-    runner = EpisodeRunner(policy, lambda: AlfworldEnv(index), load_alfworld_skills(), FMT, config)
+    runner = EpisodeRunner(
+        policy, lambda: AlfworldEnv(index), load_alfworld_skills(), FMT, config, hooks=AlfworldHooks()
+    )
     source = runner.run([EpisodeSpec("src", task, seed=1)])[0]
     offset = source["turns"][0]["start"]
     fork = ForkStart(
@@ -144,7 +147,7 @@ def test_decision_turns_are_each_one_action_or_listed_skill_call(policy, vocab, 
     tasks = AlfworldEnv(index).task_ids()
     library = load_alfworld_skills()
     config = RunnerConfig(max_decisions=5, max_new_tokens=40, temperature=1.5, action_choice="decision")
-    runner = EpisodeRunner(policy, lambda: AlfworldEnv(index), library, FMT, config)
+    runner = EpisodeRunner(policy, lambda: AlfworldEnv(index), library, FMT, config, hooks=AlfworldHooks())
     specs = [EpisodeSpec(f"d{s}", tasks[s % len(tasks)], seed=s) for s in range(6)]
     kinds = set()
     env = AlfworldEnv(index)

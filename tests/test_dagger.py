@@ -16,6 +16,7 @@ from selskill.benchmarks.alfworld import load_alfworld_skills
 from selskill.benchmarks.alfworld.dagger import DAGGER_DEMOS, DaggerSettings, disagreements, relabel_rollout
 from selskill.benchmarks.alfworld.demos import DemoBudget, DemoEpisode, DemoMix
 from selskill.benchmarks.alfworld.env import AlfworldEnv, find_games
+from selskill.benchmarks.alfworld.episode import NAVIGATION
 from selskill.benchmarks.alfworld.expert import task_spec
 from selskill.benchmarks.alfworld.init_policy import build_init_policy
 from selskill.policy.hf import HFPolicy
@@ -49,7 +50,7 @@ PROMPTS = DemoPrompts(FMT, "compact")
 
 
 def _setup(index):
-    return DemoSetup.of(AlfworldEnv(index), PROMPTS, load_alfworld_skills())
+    return DemoSetup.of(AlfworldEnv(index), PROMPTS, load_alfworld_skills(), NAVIGATION)
 
 
 def _relabel(index, task, turns, seed=0, points=2, mix=BARE, max_decisions=50):

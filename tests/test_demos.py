@@ -20,6 +20,7 @@ from selskill.benchmarks.alfworld.demos import (
     tokenizer_corpus,
 )
 from selskill.benchmarks.alfworld.env import AlfworldEnv, find_games
+from selskill.benchmarks.alfworld.episode import NAVIGATION
 from selskill.benchmarks.alfworld.expert import search_order
 from selskill.envs.base import natural_key
 from selskill.skills import SkillExecutor, render_listing
@@ -48,7 +49,7 @@ def report(games):
 def _replay(games, demo):
     """Re-run a demo's assistant turns on a fresh env; rebuild the transcript the runner's way."""
     library = load_alfworld_skills()
-    executor = SkillExecutor(library)
+    executor = SkillExecutor(library, NAVIGATION)
     env = AlfworldEnv(games)
     state = env.reset(demo.task_id)
     messages = opening_messages(DEMO_FORMAT, render_listing(library, DEMO_LISTING_STYLE), state)

@@ -10,6 +10,7 @@ from selskill.agent.transcript import after_action, after_skill, opening_message
 from selskill.benchmarks.alfworld import load_alfworld_skills
 from selskill.benchmarks.alfworld.demos import DEMO_FORMAT, DEMO_LISTING_STYLE, make_demos, tokenizer_corpus
 from selskill.benchmarks.alfworld.env import AlfworldEnv, find_games
+from selskill.benchmarks.alfworld.episode import NAVIGATION
 from selskill.benchmarks.alfworld.init_config import AlfworldDemos, DemoBudget
 from selskill.benchmarks.alfworld.init_policy import build_init_policy
 from selskill.benchmarks.alfworld.turn_format import AlfworldTurnFormat
@@ -110,7 +111,7 @@ def _greedy_episode(model, tokenizer, games, task_id, max_decisions=12):
     import torch
 
     library = load_alfworld_skills()
-    executor = SkillExecutor(library)
+    executor = SkillExecutor(library, NAVIGATION)
     env = AlfworldEnv(games)
     state = env.reset(task_id)
     messages = opening_messages(DEMO_FORMAT, render_listing(library, DEMO_LISTING_STYLE), state)

@@ -33,6 +33,7 @@ from selskill.agent.chat_tokens import ChatTokens  # noqa: E402
 from selskill.agent.parser import parse_turn  # noqa: E402
 from selskill.agent.turn_format import forced_prefix, render_action, render_skill_call  # noqa: E402
 from selskill.benchmarks.alfworld import load_alfworld_skills
+from selskill.benchmarks.alfworld.episode import AlfworldHooks  # noqa: E402
 from selskill.benchmarks.alfworld.turn_format import AlfworldTurnFormat  # noqa: E402
 from selskill.config.run import PolicyConfig, RunConfig  # noqa: E402
 from selskill.data.gguf_source import (  # noqa: E402
@@ -219,7 +220,9 @@ def episodes(policy, small_games):
     tasks = AlfworldEnv(index).task_ids()
     task = next(t for t in tasks if "pick_heat" in t)
     cfg = RunnerConfig(max_decisions=3, max_new_tokens=24, concurrent_episodes=4, action_choice="decision")
-    runner = EpisodeRunner(policy, lambda: AlfworldEnv(index), load_alfworld_skills(), FMT, cfg)
+    runner = EpisodeRunner(
+        policy, lambda: AlfworldEnv(index), load_alfworld_skills(), FMT, cfg, hooks=AlfworldHooks()
+    )
     specs = [
         EpisodeSpec("a", task, seed=1),
         EpisodeSpec("b", task, seed=2),
@@ -272,7 +275,14 @@ def test_a_fork_reproduces_its_prefix_and_continues_from_the_forced_invoke(polic
         source_env_steps_before=sum(x["env_steps"] for x in source["turns"][:branch]),
     )  # fmt: skip
     fork = fork_start(source, point, "invoke")  # as the fork stage builds it
-    runner = EpisodeRunner(policy, lambda: AlfworldEnv(index), load_alfworld_skills(), FMT, episodes["cfg"])
+    runner = EpisodeRunner(
+        policy,
+        lambda: AlfworldEnv(index),
+        load_alfworld_skills(),
+        FMT,
+        episodes["cfg"],
+        hooks=AlfworldHooks(),
+    )
     row = runner.run([EpisodeSpec("f", episodes["task"], seed=9, fork=fork)])[0]
     assert row["token_ids"][:offset] == source["token_ids"][:offset]
     assert row["turns"][:branch] == source["turns"][:branch]

@@ -16,6 +16,7 @@ from selskill.agent.transcript import INVALID_TURN_FEEDBACK, MALFORMED_COMMAND
 from selskill.agent.turn_format import forced_prefix, render_action, render_skill_call
 from selskill.benchmarks.alfworld import load_alfworld_skills
 from selskill.benchmarks.alfworld.env import AlfworldEnv, find_games
+from selskill.benchmarks.alfworld.episode import AlfworldHooks
 from selskill.benchmarks.alfworld.turn_format import AlfworldTurnFormat
 from selskill.benchmarks.bfcl import load_bfcl_skills
 from selskill.config import check_sections
@@ -99,7 +100,13 @@ def _retriever(mode: str, library=BIG) -> SkillRetriever:
 def _play(tokenizer, index, task, texts, mode=None, library=BIG, fork=None, seed=0):
     ret = None if mode is None else _retriever(mode, library)
     runner = EpisodeRunner(
-        Script(tokenizer, texts), lambda: AlfworldEnv(index), library, FMT, _config(), retriever=ret
+        Script(tokenizer, texts),
+        lambda: AlfworldEnv(index),
+        library,
+        FMT,
+        _config(),
+        retriever=ret,
+        hooks=AlfworldHooks(),
     )
     return runner.run([EpisodeSpec("e", task, seed=seed, fork=fork)])[0]
 
@@ -286,6 +293,7 @@ def test_mode_task_scores_the_policys_own_pseudo_skills(tokenizer, index, task):
         FMT,
         _config(pseudo_skills=True),
         retriever=_retriever("task"),
+        hooks=AlfworldHooks(),
     )
     row = runner.run([EpisodeSpec("e", task, seed=0)])[0]
     assert "capability inference" in asked[0] and state.task in asked[0]
@@ -355,7 +363,15 @@ def test_a_call_to_an_unlisted_skill_is_never_executed(tokenizer, index, task):
 def test_a_replayed_prefix_lists_what_the_source_listed_at_every_turn(tokenizer, index, task, source_texts):
     source = _play(tokenizer, index, task, source_texts, mode="progress")
     host = EpisodeHost(
-        lambda: AlfworldEnv(index), BIG, FMT, _config(), tokenizer, None, "", _retriever("progress")
+        lambda: AlfworldEnv(index),
+        BIG,
+        FMT,
+        _config(),
+        tokenizer,
+        None,
+        "",
+        _retriever("progress"),
+        AlfworldHooks(),
     )
     env = AlfworldEnv(index)
     for k, turn in enumerate(source["turns"]):
@@ -438,6 +454,7 @@ def test_a_host_in_a_child_process_lists_as_one_in_this_process(tokenizer, index
             FMT,
             _config(env_overlap=overlap, concurrent_episodes=2),
             retriever=_retriever("progress"),
+            hooks=AlfworldHooks(),
         )
         try:
             rows.append(runner.run([EpisodeSpec("e", task, seed=0)])[0])
@@ -503,7 +520,13 @@ def test_demonstrations_are_the_transcripts_the_runner_writes_for_their_turns(to
     for demo in report.demos:
         texts = [m["content"] for m in demo.messages if m["role"] == "assistant"]
         runner = EpisodeRunner(
-            Script(tokenizer, texts), lambda: AlfworldEnv(index), library, FMT, config, retriever=ret
+            Script(tokenizer, texts),
+            lambda: AlfworldEnv(index),
+            library,
+            FMT,
+            config,
+            retriever=ret,
+            hooks=AlfworldHooks(),
         )
         row = runner.run([EpisodeSpec("e", demo.task_id, seed=0)])[0]
         assert json.loads(row["messages"]) == demo.messages, demo.task_id

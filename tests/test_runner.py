@@ -7,6 +7,7 @@ from selskill.agent.transcript import MALFORMED_COMMAND
 from selskill.agent.turn_format import forced_prefix, render_action, render_skill_call
 from selskill.benchmarks.alfworld import load_alfworld_skills
 from selskill.benchmarks.alfworld.env import AlfworldEnv, find_games
+from selskill.benchmarks.alfworld.episode import AlfworldHooks
 from selskill.benchmarks.alfworld.turn_format import AlfworldTurnFormat
 from selskill.data.schema import ROLE_ASSISTANT, ROLE_OBSERVATION, ROLE_PROMPT, ROLE_SKILL_RETURN
 from selskill.envs.base import EnvError
@@ -34,6 +35,7 @@ def _runner(policy, index, **cfg):
         load_alfworld_skills(),
         FMT,
         RunnerConfig(**{"max_env_steps": 6, "max_new_tokens": 16, **cfg}),
+        hooks=AlfworldHooks(),
     )
 
 
@@ -147,6 +149,7 @@ def test_environment_error_ends_only_that_episode(policy, index):
         load_alfworld_skills(),
         FMT,
         RunnerConfig(max_env_steps=3, concurrent_episodes=2),
+        hooks=AlfworldHooks(),
     )
     a, b = runner.run([EpisodeSpec("a", tasks[0], seed=0), EpisodeSpec("b", tasks[1], seed=1)])
     assert a["termination"] == "error" and "engine exploded" in a["error"] and a["n_turns"] == 1
@@ -243,6 +246,7 @@ def _overlap_runner(policy, index, env_cls=AlfworldEnv, overlap=True):
         load_alfworld_skills(),
         FMT,
         RunnerConfig(max_env_steps=6, max_new_tokens=16, concurrent_episodes=4, env_overlap=overlap),
+        hooks=AlfworldHooks(),
     )
 
 

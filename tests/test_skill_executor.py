@@ -13,6 +13,7 @@ import pytest
 
 from selskill.benchmarks.alfworld import load_alfworld_skills
 from selskill.benchmarks.alfworld.env import AlfworldEnv, GameRecord
+from selskill.benchmarks.alfworld.episode import NAVIGATION
 from selskill.envs.base import Env, EnvState
 from selskill.skills import SkillCallRecord, SkillExecutor
 
@@ -190,7 +191,7 @@ def env(tmp_path_factory) -> CountingEnv:
 
 @pytest.fixture(scope="module")
 def executor() -> SkillExecutor:
-    return SkillExecutor(load_alfworld_skills())
+    return SkillExecutor(load_alfworld_skills(), NAVIGATION)
 
 
 def test_adapter_satisfies_protocol(env):

@@ -20,12 +20,15 @@ from selskill.agent.transcript import MALFORMED_COMMAND, after_action, after_mal
 if TYPE_CHECKING:
     from selskill.agent.turn_format import TurnFormat
     from selskill.envs.base import Env, EnvState
-    from selskill.skills import SkillLibrary
+    from selskill.skills import Navigation, SkillLibrary
     from selskill.skills.step_records import EpisodePrefix
 
 
 class EpisodeHooks:
     """The default hooks: text commands, answered by the environment's observation."""
+
+    # the commands skills move and look around with (`find` steps, receptacle checks); None: none
+    navigation: Navigation | None = None
 
     def opening(self, fmt: TurnFormat, env: Env, state: EnvState, listing: str) -> list[dict]:
         """The episode's first messages: system prompt (with `listing`) and first observation."""

@@ -177,7 +177,7 @@ class EpisodeHost:
         self.hooks = hooks if hooks is not None else EpisodeHooks()
         self.env_factory = env_factory
         self.library = library
-        self.executor = SkillExecutor(library)
+        self.executor = SkillExecutor(library, self.hooks.navigation)
         self.fmt = fmt
         self.config = config
         self.chat = ChatTokens(tokenizer, chat_template_kwargs)

@@ -16,7 +16,7 @@ from selskill.agent.listings import DecisionListings
 from selskill.agent.parser import parse_turn
 from selskill.agent.turn_format import TurnFormat
 from selskill.envs.base import Env
-from selskill.skills import SkillExecutor, SkillLibrary, render_listing
+from selskill.skills import Navigation, SkillExecutor, SkillLibrary, render_listing
 from selskill.skills.retrieval import SkillRetriever
 
 
@@ -90,11 +90,14 @@ class DemoSetup:
     listings: DecisionListings
 
     @classmethod
-    def of(cls, env, prompts: DemoPrompts, own: SkillLibrary) -> DemoSetup:
+    def of(
+        cls, env, prompts: DemoPrompts, own: SkillLibrary, navigation: Navigation | None = None
+    ) -> DemoSetup:
+        """`navigation`: the commands the benchmark's skills move and look around with (its hooks')."""
         listings = prompts.listings(own)
         library = listings.library
         listing = render_listing(library, style=prompts.listing_style)
-        return cls(env, SkillExecutor(library), prompts.fmt, listing, listings)
+        return cls(env, SkillExecutor(library, navigation), prompts.fmt, listing, listings)
 
 
 def demo_stats(demos: Sequence[Demo], attempted: int | None = None, dropped: Counter | None = None) -> dict:

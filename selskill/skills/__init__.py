@@ -5,7 +5,7 @@ disclosed only on invocation: memory skills return text, executable skills expan
 environment commands (or function calls) checked step by step.
 """
 
-from selskill.skills.executor import PRECONDITIONS, SkillCallRecord, SkillExecutor
+from selskill.skills.executor import PRECONDITIONS, Navigation, SkillCallRecord, SkillExecutor
 from selskill.skills.listing import render_listing
 from selskill.skills.loader import load_skills, parse_skill
 from selskill.skills.model import CallStep, FindStep, Parameter, Skill, SkillError, SkillLibrary
@@ -14,6 +14,7 @@ __all__ = [
     "PRECONDITIONS",
     "CallStep",
     "FindStep",
+    "Navigation",
     "Parameter",
     "Skill",
     "SkillCallRecord",

@@ -45,29 +45,57 @@ def template_fields(template: str) -> list[str]:
     return names
 
 
+@dataclass(frozen=True)
+class Navigation:
+    """The commands a text environment moves and looks around with (`go to X`, `examine X` in
+    ALFWorld's households). `find` steps and the receptacle preconditions and defaults read the
+    agent's surroundings through them; a benchmark whose skills use none of those declares none
+    (`selskill.agent.hooks.EpisodeHooks.navigation`)."""
+
+    go: str  # moves the agent to a receptacle; not admissible for the one it is at
+    look: str  # admissible for the receptacle the agent is at
+
+    def target(self, command: str, verb: str) -> str | None:
+        """The receptacle `command` names after `verb` (None: another command)."""
+        return command[len(verb) + 1 :] if command.startswith(verb + " ") else None
+
+
 class _View:
     """What the agent can tell about its surroundings from the protocol alone."""
 
-    def __init__(self, env: Env):
+    def __init__(self, env: Env, navigation: Navigation | None = None):
         self.admissible: list[str] = list(env.state.admissible_commands)
         self.inventory: list[str] = [name.strip() for name in env.inventory()]
+        self.navigation = navigation
+
+    def _nav(self) -> Navigation:
+        if self.navigation is None:
+            raise _Failure(
+                "no_navigation",
+                "this environment declares no commands to move and look around, which find steps and "
+                "receptacle checks need",
+            )
+        return self.navigation
 
     @property
     def goto_targets(self) -> list[str]:
-        return [c[len("go to ") :] for c in self.admissible if c.startswith("go to ")]
+        nav = self._nav()
+        return [t for t in (nav.target(c, nav.go) for c in self.admissible) if t is not None]
 
     def is_at(self, receptacle: str) -> bool:
-        # "go to X" is not admissible where the agent already is; "examine X" is.
+        # going to a receptacle is not admissible where the agent already is; looking at it is
+        nav = self._nav()
         return (
-            f"examine {receptacle}" in self.admissible
-            and f"go to {receptacle}" not in self.admissible
+            f"{nav.look} {receptacle}" in self.admissible
+            and f"{nav.go} {receptacle}" not in self.admissible
             and receptacle not in self.inventory
         )
 
     def instances(self, rtype: str) -> list[str]:
         """Receptacles of `rtype`, the one the agent is at first, then in natural order."""
+        nav = self._nav()
         pattern = re.compile(rf"{re.escape(rtype)} \d+")
-        here = [c[len("examine ") :] for c in self.admissible if c.startswith("examine ")]
+        here = [t for t in (nav.target(c, nav.look) for c in self.admissible) if t is not None]
         at = sorted((r for r in here if pattern.fullmatch(r) and self.is_at(r)), key=natural_key)
         away = sorted((r for r in self.goto_targets if pattern.fullmatch(r)), key=natural_key)
         return at + [r for r in away if r not in at]
@@ -219,8 +247,9 @@ class _Failure(Exception):
 class SkillExecutor:
     """Executes calls of one library; holds no per-episode state, so one can serve many envs."""
 
-    def __init__(self, library: SkillLibrary):
+    def __init__(self, library: SkillLibrary, navigation: Navigation | None = None):
         self.library = library
+        self.navigation = navigation
 
     def execute(self, env: Env, name: str, arguments: Mapping | None = None) -> SkillCallRecord:
         given = dict(arguments) if isinstance(arguments, Mapping) else {}
@@ -287,7 +316,7 @@ class SkillExecutor:
     def _run(
         self, env: Env, skill: Skill, values: dict[str, object], record: SkillCallRecord, lines: list[str]
     ):
-        view = _View(env)
+        view = _View(env, self.navigation)
         bound: dict[str, object] = {}
         for param in skill.parameters:
             value = values.get(param.name)
@@ -348,9 +377,10 @@ class SkillExecutor:
         return state.observation
 
     def _command(self, env: Env, command: str, record: SkillCallRecord, lines: list[str]) -> None:
-        view = _View(env)
-        if command.startswith("go to ") and view.is_at(command[len("go to ") :]):
-            return  # already there: ALFWorld refuses the move, and nothing needs doing
+        view = _View(env, self.navigation)
+        going_to = self.navigation.target(command, self.navigation.go) if self.navigation else None
+        if going_to is not None and view.is_at(going_to):
+            return  # already there: the environment refuses the move, and nothing needs doing
         if command not in view.admissible:
             raise _Failure(f"inadmissible:{command}", f"{command!r} is not possible here.")
         self._step(env, command, record, lines)
@@ -367,7 +397,7 @@ class SkillExecutor:
             raise _Failure(
                 f"bad_argument:{fields[0] if fields else 'call'}", f"cannot fill {step.call!r}: {exc}"
             ) from None
-        if call.name not in _View(env).admissible:
+        if call.name not in _View(env, self.navigation).admissible:
             raise _Failure(f"inadmissible:{call.name}", f"{call.name} is not available now.")
         command = call.render()
         state = env.step(command)
@@ -392,14 +422,14 @@ class SkillExecutor:
         return values
 
     def _find(self, env: Env, step: FindStep, record: SkillCallRecord, lines: list[str]) -> str:
-        view = _View(env)
+        view = _View(env, self.navigation)
         found = view.reachable_targets(step.target)
         if found:
             return found[0]
         plan = [r for rtype in step.visit for r in view.instances(rtype) if not view.is_at(r)]
         for receptacle in plan:
-            self._command(env, f"go to {receptacle}", record, lines)
-            found = _View(env).reachable_targets(step.target)
+            self._command(env, f"{view.navigation.go} {receptacle}", record, lines)
+            found = _View(env, self.navigation).reachable_targets(step.target)
             if found:
                 return found[0]
             if env.state.done:

@@ -104,6 +104,12 @@ def _check_recipe(sections: dict) -> None:
         )
 
 
+def _hooks():
+    from selskill.benchmarks.alfworld.episode import AlfworldHooks
+
+    return AlfworldHooks()
+
+
 def _commands():
     from selskill.benchmarks.alfworld.commands import COMMANDS
 
@@ -142,6 +148,7 @@ BENCHMARK = register(
         skills=load_alfworld_skills,
         turn_format=_turn_format,
         settings=AlfworldConfig,
+        hooks=_hooks,
         build_init=_build_init,
         retrieval_episodes=_retrieval_episodes,
         prepare=_prepare,

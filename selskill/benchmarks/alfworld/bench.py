@@ -37,6 +37,7 @@ def bench_episodes(
     from selskill.agent.runner import EpisodeRunner, EpisodeSpec, RunnerConfig
     from selskill.benchmarks.alfworld import load_alfworld_skills
     from selskill.benchmarks.alfworld.env import AlfworldEnv, clear_engine_caches
+    from selskill.benchmarks.alfworld.episode import AlfworldHooks
     from selskill.benchmarks.alfworld.turn_format import AlfworldTurnFormat
 
     clear_engine_caches()  # every setting starts as a fresh stage process (or episode child) does
@@ -51,6 +52,7 @@ def bench_episodes(
             concurrent_episodes=concurrency,
             env_overlap=env_overlap,
         ),
+        hooks=AlfworldHooks(),
     )
     tasks = [g.task_id for g in index.games]
     specs = [EpisodeSpec(f"b{i}", tasks[i % len(tasks)], seed=i) for i in range(n_episodes)]

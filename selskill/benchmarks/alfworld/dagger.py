@@ -37,6 +37,7 @@ from selskill.agent.transcript import MALFORMED_COMMAND, after_malformed
 from selskill.benchmarks.alfworld import load_alfworld_skills
 from selskill.benchmarks.alfworld.demos import DemoEpisode, MixState, play_on, task_spec
 from selskill.benchmarks.alfworld.env import AlfworldEnv, GameRecord
+from selskill.benchmarks.alfworld.episode import NAVIGATION, AlfworldHooks
 from selskill.benchmarks.alfworld.init_config import DaggerSettings, DemoBudget, DemoMix
 from selskill.config.init import SftSchedule
 from selskill.envs.base import EnvError
@@ -183,7 +184,12 @@ def policy_rollouts(
         action_choice=dagger.action_choice,
     )
     runner = EpisodeRunner(
-        policy, functools.partial(AlfworldEnv, list(records)), library, prompts.fmt, config
+        policy,
+        functools.partial(AlfworldEnv, list(records)),
+        library,
+        prompts.fmt,
+        config,
+        hooks=AlfworldHooks(),
     )
     specs = [
         EpisodeSpec(
@@ -217,7 +223,7 @@ def dagger_demos(
         progress=run.progress,
     )  # fmt: skip
     by_id = {r.task_id: r for r in records}
-    setup = DemoSetup.of(AlfworldEnv(list(records)), run.prompts, load_alfworld_skills())
+    setup = DemoSetup.of(AlfworldEnv(list(records)), run.prompts, load_alfworld_skills(), NAVIGATION)
     demos: list[Demo] = []
     dropped: Counter = Counter()
     iterator = rows

@@ -61,6 +61,7 @@ from selskill.agent.transcript import after_action, after_skill, opening_message
 from selskill.agent.turn_format import TurnFormat, render_action, render_skill_call
 from selskill.benchmarks.alfworld import load_alfworld_skills
 from selskill.benchmarks.alfworld.env import AlfworldEnv, GameIndex, GameRecord, find_games
+from selskill.benchmarks.alfworld.episode import NAVIGATION
 from selskill.benchmarks.alfworld.expert import Expert, TaskSpec, task_spec, type_of
 from selskill.benchmarks.alfworld.init_config import DemoBudget, DemoMix
 from selskill.benchmarks.alfworld.turn_format import AlfworldTurnFormat
@@ -329,7 +330,7 @@ def build_demos(
     if isinstance(games, (str, Path)):
         games = find_games(games, split)
     records = list(games.games if isinstance(games, GameIndex) else games)
-    setup = DemoSetup.of(AlfworldEnv(records), prompts, load_alfworld_skills())
+    setup = DemoSetup.of(AlfworldEnv(records), prompts, load_alfworld_skills(), NAVIGATION)
     report = DemoReport(demos=[])
     iterator: Iterable[GameRecord] = records
     if progress:

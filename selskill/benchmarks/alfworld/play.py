@@ -12,6 +12,7 @@ from collections.abc import Callable
 from selskill.agent.parser import parse_turn
 from selskill.benchmarks.alfworld import load_alfworld_skills
 from selskill.benchmarks.alfworld.env import AlfworldEnv, record_for_trial
+from selskill.benchmarks.alfworld.episode import NAVIGATION
 from selskill.benchmarks.alfworld.verify import known_solution
 from selskill.envs.base import EnvState
 from selskill.skills import SkillExecutor, render_listing
@@ -32,7 +33,7 @@ class _Session:
     def __init__(self, env: AlfworldEnv, state: EnvState, out: Callable[[str], None]):
         self.env, self.state, self.out = env, state, out
         self.library = load_alfworld_skills()
-        self.executor = SkillExecutor(self.library)
+        self.executor = SkillExecutor(self.library, NAVIGATION)
         self.steps = 0
 
     def act(self, command: str) -> None:

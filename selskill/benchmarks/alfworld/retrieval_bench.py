@@ -15,6 +15,7 @@ import shutil
 import tempfile
 
 from selskill.bench_retrieval import Episode, Event, RetrievalBench
+from selskill.benchmarks.alfworld.episode import NAVIGATION
 from selskill.skills.model import SkillLibrary
 from selskill.skills.step_records import EpisodePrefix
 
@@ -82,7 +83,7 @@ def alfworld_episodes(
         generate_games(games_dir, per_type=per_type, seed=seed, split=split, size="tiny")
     index = find_games(games_dir, splits=split)
     records = index.games
-    setup = DemoSetup.of(AlfworldEnv(index), ALFWORLD_PROMPTS, load_alfworld_skills())
+    setup = DemoSetup.of(AlfworldEnv(index), ALFWORLD_PROMPTS, load_alfworld_skills(), NAVIGATION)
     mix = bench_demo_mix()
     traced = _traced_episode_class()
     episodes, dropped = [], 0
