@@ -5,8 +5,8 @@ across benchmarks: tokens, parsing, skill calls, budgets, records. At the few po
 benchmark's environment speaks its own language it asks the `EpisodeHooks` a benchmark
 plugin hands it (`selskill.registry.Benchmark.hooks`). The defaults here serve an
 environment whose commands are plain text and whose state says when the task is won, so a
-text benchmark needs no hooks of its own; one whose actions are something else (BFCL's
-call lists) overrides the methods that differ. Hooks are stateless and picklable: the host
+text benchmark needs no hooks of its own (ALFWorld's only add `navigation`); one whose actions
+are something else (BFCL's call lists) overrides the methods that differ. Hooks are stateless and picklable: the host
 may run in a child process.
 """
 
