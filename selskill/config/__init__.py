@@ -85,7 +85,6 @@ class Recipe:
         missing = [t.__name__ for t in recipe_dataclasses() if t not in by_type]
         if missing:
             raise ValueError(f"a Recipe needs every section; missing: {', '.join(missing)}")
-        attach_settings(sections)
         return cls(*(by_type[t] for t in core_dataclasses()), argv=tuple(argv) if argv is not None else None)
 
     @property

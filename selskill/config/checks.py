@@ -30,6 +30,14 @@ def check_choice(cfg, key: str, choices: Sequence[str], why: str = "") -> None:
         raise bad_value(key, value, f"one of {', '.join(map(str, choices))}", why)
 
 
+def check_share(cfg, *keys: str, why: str = "a probability") -> None:
+    """Rates and shares: 0 <= value <= 1."""
+    for key in keys:
+        value = getattr(cfg, key)
+        if not 0 <= value <= 1:
+            raise bad_value(key, value, "in [0, 1]", why)
+
+
 def check_unit(cfg, *keys: str) -> None:
     """Nucleus-sampling keys: 0 < value <= 1."""
     for key in keys:

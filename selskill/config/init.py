@@ -9,9 +9,10 @@ demonstrations) are in its plugin's recipe section.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
-from selskill.config.checks import bad_value, check_at_least
+from selskill.config.checks import bad_value, check_at_least, check_share
 
 # --- what every init build trains ------------------------------------------------------------
 
@@ -51,6 +52,13 @@ class InitTraining:
     vocab_size: int = 2048
     arch: TinyArch = field(default_factory=TinyArch)
     sft: SftSchedule = field(default_factory=SftSchedule)
+
+
+def prefixed_values(section, prefix: str) -> dict:
+    """`section`'s keys that start with `prefix`, by the rest of their name: the fields of the settings
+    object those keys configure (`init_demo_useful` -> `useful`)."""
+    return {f.name[len(prefix) :]: getattr(section, f.name) for f in dataclasses.fields(section)
+            if f.name.startswith(prefix)}  # fmt: skip
 
 
 # --- the recipe section ------------------------------------------------------------------------
@@ -110,8 +118,7 @@ class InitConfig:
             "init_logging_steps",
         )
         check_at_least(self, 0, "init_pretrain_epochs", "init_epochs")
-        if not 0 <= self.init_warmup_ratio <= 1:
-            raise bad_value("init_warmup_ratio", self.init_warmup_ratio, "in [0, 1]", "a share")
+        check_share(self, "init_warmup_ratio", why="a share")
         if self.init_lr <= 0:
             raise bad_value("init_lr", self.init_lr, "> 0", "a learning rate")
 

@@ -79,7 +79,7 @@ def build_report(exp_dir: str | Path, n_boot: int = 2000, seed: int = 0) -> Repo
             f"Run directory {exp_dir}; rounds found: "
             + (", ".join(f"{round_label(r)} (round_{r})" for r in rounds_found) or "none")
             + ". Round r samples with round r−1's model; pairs are not accumulated across rounds."
-            + (f" {wording_of(benchmark).description}" if wording_of(benchmark).description else ""),
+            + (f" {description}" if (description := wording_of(benchmark).description) else ""),
         ),
     ]
     modes = load_mode_metrics(exp_dir, rounds_found, notes)

@@ -10,7 +10,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import asdict, dataclass, field
 
-from selskill.config.checks import bad_value, check_at_least, check_choice
+from selskill.config.checks import bad_value, check_at_least, check_choice, check_share
+from selskill.config.init import prefixed_values
 from selskill.config.rollout import MAX_DECISIONS
 
 SEARCH_ORDERS: tuple[str, ...] = ("prior", "sweep")  # the expert's order of search
@@ -195,7 +196,6 @@ class AlfworldInitKeys:
         },
     )
 
-    # benchmark bfcl (selskill/benchmarks/bfcl/init_policy.py): demonstrations are the train split's ground truth
     def __post_init__(self):
         check_choice(self, "init_game_size", GAME_SIZES)
         check_choice(self, "init_demo_search", SEARCH_ORDERS)
@@ -204,10 +204,8 @@ class AlfworldInitKeys:
             "init_dagger_env_steps",
         )  # fmt: skip
         check_at_least(self, 0, "init_dagger_iters", "init_dagger_epochs", "init_dagger_temperature")
-        for f in dataclasses.fields(AlfworldInitKeys):
-            value = getattr(self, f.name)
-            if f.name.startswith("init_demo_") and isinstance(value, float) and not 0 <= value <= 1:
-                raise bad_value(f.name, value, "in [0, 1]", "a probability")
+        rates = [f.name for f in dataclasses.fields(AlfworldInitKeys) if f.name.startswith("init_demo_")]
+        check_share(self, *(key for key in rates if isinstance(getattr(self, key), float)))
         if self.init_dagger_lr <= 0:
             raise bad_value("init_dagger_lr", self.init_dagger_lr, "> 0", "a learning rate")
 
@@ -216,7 +214,7 @@ class AlfworldInitKeys:
             games_per_type=self.init_games_per_type,
             game_size=self.init_game_size,
             budget=DemoBudget(max_decisions=self.init_max_decisions, max_env_steps=self.init_max_env_steps),
-            mix=DemoMix(**self._prefixed("init_demo_")),
+            mix=DemoMix(**prefixed_values(self, "init_demo_")),
         )
 
     def dagger(self, action_choice: str = "free") -> DaggerSettings:
@@ -232,7 +230,3 @@ class AlfworldInitKeys:
             fresh_games=self.init_dagger_fresh_games,
             action_choice=action_choice,
         )
-
-    def _prefixed(self, prefix: str) -> dict:
-        return {f.name[len(prefix) :]: getattr(self, f.name) for f in dataclasses.fields(self)
-                if f.name.startswith(prefix)}  # fmt: skip

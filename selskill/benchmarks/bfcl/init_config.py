@@ -9,7 +9,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import asdict, dataclass, field
 
-from selskill.config.checks import bad_value, check_at_least
+from selskill.config.checks import check_at_least, check_share
+from selskill.config.init import prefixed_values
 
 # --- BFCL's demonstrations ---------------------------------------------------------------------
 
@@ -59,16 +60,12 @@ class BfclInitKeys:
 
     def __post_init__(self):
         check_at_least(self, 0, "init_bfcl_tasks", why="0 = every task of the train split")
-        for f in dataclasses.fields(BfclInitKeys):
-            value = getattr(self, f.name)
-            if isinstance(value, float) and not 0 <= value <= 1:
-                raise bad_value(f.name, value, "in [0, 1]", "a probability")
+        check_share(
+            self,
+            *(f.name for f in dataclasses.fields(BfclInitKeys) if isinstance(getattr(self, f.name), float)),
+        )
 
     def bfcl_demo_mix(self) -> BfclDemoMix:
-        rates = self._prefixed("init_bfcl_")
+        rates = prefixed_values(self, "init_bfcl_")
         del rates["tasks"]  # which tasks, not a rate: the builder's caller picks them
         return BfclDemoMix(**rates)
-
-    def _prefixed(self, prefix: str) -> dict:
-        return {f.name[len(prefix) :]: getattr(self, f.name) for f in dataclasses.fields(self)
-                if f.name.startswith(prefix)}  # fmt: skip
