@@ -90,7 +90,6 @@ class Benchmark:
     commands: Callable[[], Sequence[Any]] = lambda: ()
     bench_commands: Callable[[], Sequence[Any]] = lambda: ()
     wording: Wording = Wording()
-    extra: str = ""  # the pip extra that installs its dependencies (selskill[<extra>])
 
 
 _REGISTRY: dict[str, Benchmark] = {}

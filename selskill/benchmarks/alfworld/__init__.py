@@ -157,6 +157,5 @@ BENCHMARK = register(
         commands=_commands,
         bench_commands=_bench_commands,
         wording=Wording(tasks="games"),
-        extra="alfworld",
     )
 )

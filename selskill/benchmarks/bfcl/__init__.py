@@ -126,6 +126,5 @@ BENCHMARK = register(
             description="Benchmark: BFCL multi-turn (bfcl-eval's shipped data, backends and checker); SR is BFCL's "
             'checker, Exec. Prec. whether a skill call ran (docs/design.md, "Exec. Prec. on BFCL").',
         ),
-        extra="bfcl",
     )
 )
