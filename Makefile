@@ -80,8 +80,6 @@ RECIPE ?= recipes/tiny.yaml
 ROUND ?= 1
 # EXP, when given, overrides the recipe's `exp` (outputs go to runs/$(EXP)/round_<r>/)
 RECIPE_ARGS = --config $(RECIPE) $(if $(filter command line environment,$(origin EXP)),--exp $(EXP))
-# prints the experiment directory (<runs_dir>/<exp>) as selskill's recipe loader resolves RECIPE_ARGS
-PRINT_EXP_DIR = $(BIN)/python -c 'from selskill.config import load_recipe; r = load_recipe("$(RECIPE_ARGS)".split()).run; print(f"{r.runs_dir}/{r.exp}")'
 .PHONY: init round eval bench-rollout bench-mini
 
 init: $(STAMP)  ## build the offline init policy (reused if present) and print its held-out metrics
@@ -89,14 +87,14 @@ init: $(STAMP)  ## build the offline init policy (reused if present) and print i
 
 round: $(STAMP)  ## one round: make round ROUND=1 [RECIPE=recipes/tiny.yaml] [EXP=name]; ends with the report
 	$(JOB) $(BIN)/selskill round $(RECIPE_ARGS) --round $(ROUND)
-	$(BIN)/selskill report --exp "$$($(PRINT_EXP_DIR))"
+	$(BIN)/selskill report $(RECIPE_ARGS)
 
 eval: $(STAMP)  ## evaluate round ROUND's model on the recipe's held-out splits
 	$(JOB) $(BIN)/python pipelines/evaluate.py $(RECIPE_ARGS) --round $(ROUND)
 
 bench-mini: $(STAMP)  ## the CPU replication: init -> R1 -> R2 + round-1 ablations (recipes/mini.yaml; hours; resumable)
 	$(JOB) $(BIN)/selskill bench mini --config $(if $(filter command line,$(origin RECIPE)),$(RECIPE),recipes/mini.yaml) $(if $(filter command line environment,$(origin EXP)),--exp $(EXP))
-	$(BIN)/selskill report --exp runs/$(if $(filter command line environment,$(origin EXP)),$(EXP),mini)
+	$(BIN)/selskill report --config $(if $(filter command line,$(origin RECIPE)),$(RECIPE),recipes/mini.yaml) $(if $(filter command line environment,$(origin EXP)),--exp $(EXP))
 
 bench-rollout: $(STAMP)  ## rollout speed: batching, fork prefix reuse, entropy cost (figures in docs/benchmarks.md)
 	$(JOB) $(BIN)/selskill bench rollout $(if $(wildcard runs/tiny/round_0/train/model),--model runs/tiny/round_0/train/model)

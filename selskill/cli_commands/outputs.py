@@ -9,15 +9,37 @@ from selskill.command import Command
 
 
 def _report_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--exp", required=True, help="experiment directory (runs/<exp>)")
-    p.add_argument("--n-boot", type=int, default=2000, help="paired-bootstrap resamples for ΔSR")
+    p.add_argument(
+        "--exp",
+        help="the experiment directory (runs/<exp>); with --config, the experiment's name instead, as every "
+        "recipe command takes it (default: the recipe's `exp`)",
+    )
+    p.add_argument(
+        "--config",
+        metavar="RECIPE",
+        help="report the experiment this recipe writes (<runs_dir>/<exp>, as `selskill round` resolves it)",
+    )
+    p.add_argument("--n-boot", "--n_boot", type=int, default=2000, help="paired-bootstrap resamples for ΔSR")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+
+
+def _experiment_dir(args: argparse.Namespace):
+    """The folder to report: --exp itself, or the recipe's <runs_dir>/<exp> (the name --exp overrides)."""
+    if not args.config:
+        if not args.exp:
+            raise SystemExit("error: pass --exp runs/<exp>, or --config RECIPE [--exp NAME]")
+        return args.exp
+    from selskill.config import load_recipe
+    from selskill.data.layout import exp_dir
+
+    run = load_recipe(["--config", args.config, *(["--exp", args.exp] if args.exp else [])]).run
+    return exp_dir(run.runs_dir, run.exp)
 
 
 def _report(args: argparse.Namespace) -> int:
     from selskill.report import build_report
 
-    rep = build_report(args.exp, n_boot=args.n_boot, seed=args.seed)
+    rep = build_report(_experiment_dir(args), n_boot=args.n_boot, seed=args.seed)
     for note in rep.notes:
         print(f"note: {note}")
     print(f"wrote {rep.markdown}, {rep.html} and {len(rep.plots)} plots in {rep.markdown.parent / 'plots'}")
@@ -96,7 +118,8 @@ REPORT = Command(
     "embedded) plus runs/<exp>/plots/*.png: the Table-1 metrics per round and split with 95% intervals and "
     "the paired SR difference vs init, pair yield per round, entropy after invoke/skip branch points, skill "
     "calls per episode, chosen-vs-rejected steps. Missing rounds or stages are skipped with a note. "
-    "Example: selskill report --exp runs/tiny",
+    "Example: selskill report --exp runs/tiny, or selskill report --config recipes/tiny.yaml (what `make round` "
+    "runs after the round)",
     add_arguments=_report_arguments,
     run=_report,
 )

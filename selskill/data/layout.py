@@ -113,8 +113,13 @@ class StageDir:
         return sorted(self.shards.glob("*.parquet")) if self.shards.is_dir() else []
 
 
+def exp_dir(runs_dir: str | Path, exp: str) -> Path:
+    """Where every round of experiment `exp` lives (and its report)."""
+    return Path(runs_dir) / exp
+
+
 def round_dir(runs_dir: str | Path, exp: str, round_: int) -> Path:
-    return Path(runs_dir) / exp / f"round_{round_}"
+    return exp_dir(runs_dir, exp) / f"round_{round_}"
 
 
 def round_numbers(exp_dir: str | Path) -> list[int]:

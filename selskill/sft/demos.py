@@ -12,6 +12,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
+from selskill.agent.eval_modes import prompt_setup
 from selskill.agent.listings import DecisionListings
 from selskill.agent.parser import parse_turn
 from selskill.agent.turn_format import TurnFormat
@@ -34,6 +35,7 @@ class Demo:
     # assistant turns (0-based among assistant messages) kept as context but not trained:
     # the injected wrong moves (a policy should see them and recover, never learn to make them)
     untrained_turns: list[int] = field(default_factory=list)
+    skills_listed: bool = True  # False: played in the no_skills prompt (no skill section, nothing callable)
 
     @property
     def n_turns(self) -> int:
@@ -99,6 +101,16 @@ class DemoSetup:
         listing = render_listing(library, style=prompts.listing_style)
         return cls(env, SkillExecutor(library, navigation), prompts.fmt, listing, listings)
 
+    def without_skills(self) -> DemoSetup:
+        """The same environment in the prompt evaluation's `no_skills` mode plays: no skill section
+        and nothing callable (`selskill.agent.eval_modes.prompt_setup` owns that prompt)."""
+        style = self.listings.style
+        bare = prompt_setup("no_skills", self.listings.library, self.fmt, style)
+        return DemoSetup(
+            self.env, SkillExecutor(bare.library), bare.fmt, bare.skill_text,
+            DecisionListings(bare.library, None, style),
+        )  # fmt: skip
+
 
 def demo_stats(demos: Sequence[Demo], attempted: int | None = None, dropped: Counter | None = None) -> dict:
     """Counts an init manifest records: demos, calls per demo, precision, calls by role."""
@@ -115,6 +127,7 @@ def demo_stats(demos: Sequence[Demo], attempted: int | None = None, dropped: Cou
         "skill_calls_per_demo": (len(calls) / n) if n else 0.0,
         "exec_precision": (sum(c["precise"] for c in calls) / len(calls)) if calls else None,
         "demos_with_calls": (sum(1 for d in demos if d.calls) / n) if n else 0.0,
+        "demos_without_skills": sum(1 for d in demos if not d.skills_listed),
         "env_steps_mean": (sum(d.env_steps for d in demos) / n) if n else 0.0,
         "env_steps_max": max((d.env_steps for d in demos), default=0),
         "turns_mean": (sum(d.n_turns for d in demos) / n) if n else 0.0,

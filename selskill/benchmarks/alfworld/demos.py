@@ -296,6 +296,7 @@ def play_on(ep: DemoEpisode, done: MixState, untrained: list[int]):
     calls = ep.calls
     return (
         Demo(
+            skills_listed=bool(ep.listings.library),
             task_id=ep.record.task_id,
             task_type=ep.record.task_type,
             messages=ep.messages,
@@ -337,11 +338,19 @@ def build_demos(
         from tqdm.auto import tqdm
 
         iterator = tqdm(records, desc="demos", unit="game")
+    bare = setup.without_skills() if mix.no_skills else None
     for record in iterator:
         report.attempted += 1
         rng = random.Random(f"selskill-demo:{seed}:{record.task_id}")
+        # its own draw, so that the share does not reshuffle the calls of the games played with skills
+        unlisted = (
+            bare is not None
+            and random.Random(f"selskill-demo-bare:{seed}:{record.task_id}").random() < mix.no_skills
+        )
         try:
-            demo, reason = _play(DemoEpisode(setup, record, task_spec(record), rng, mix, budget))
+            demo, reason = _play(
+                DemoEpisode(bare if unlisted else setup, record, task_spec(record), rng, mix, budget)
+            )
         except (EnvError, OSError, ValueError, KeyError) as exc:
             demo, reason = None, f"error:{type(exc).__name__}"
         if demo is None:

@@ -49,6 +49,11 @@ class DemoMix:
     # greedy small policies hallucinate that take and repeat it to the step limit. 0 draws
     # nothing, so builds without it keep their demonstrations.
     false_take: float = 0.0
+    # share of the games played with the skills unlisted, in the prompt `eval_mode: no_skills`
+    # plays (no skill section, nothing callable): the expert's manual procedures stay the policy's
+    # own, as for the paper's init, which learned the task before skills were put in its prompt.
+    # 0 draws nothing, so builds without it keep their demonstrations.
+    no_skills: float = 0.0
     # how the expert orders receptacles when it searches (`search_order`): "prior" visits the
     # places where the object usually is first; "sweep" visits every receptacle in name order
     search: str = "prior"
@@ -145,6 +150,10 @@ class AlfworldInitKeys:
     init_demo_random_memory: float = field(default=DemoMix.random_memory, metadata={"help": "see DemoMix"})
     init_demo_mistake: float = field(default=DemoMix.mistake, metadata={"help": "see DemoMix"})
     init_demo_false_take: float = field(default=DemoMix.false_take, metadata={"help": "see DemoMix"})
+    init_demo_no_skills: float = field(
+        default=DemoMix.no_skills,
+        metadata={"help": "share of the demonstrations played with no skill listed (the no_skills prompt)"},
+    )
     init_demo_search: str = field(
         default=DemoMix.search,
         metadata={

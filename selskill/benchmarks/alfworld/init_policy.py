@@ -136,9 +136,10 @@ def _settings(
         listing_style=prompts.listing_style,
         **training_record(training),
     )
-    if not settings["demo_mix"].get("false_take"):
+    for later in ("false_take", "no_skills"):
         # keys added later join the settings only when used: earlier builds stay reusable
-        settings["demo_mix"].pop("false_take", None)
+        if not settings["demo_mix"].get(later):
+            settings["demo_mix"].pop(later, None)
     return settings
 
 
