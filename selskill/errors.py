@@ -66,24 +66,40 @@ def error_message(exc: BaseException | str) -> str:
     return str(exc) or type(exc).__name__
 
 
+def _missing_extra(exc: BaseException) -> str | None:
+    """The extra that installs the module `exc` did not find (None: not a module of an extra)."""
+    if not isinstance(exc, ModuleNotFoundError):
+        return None
+    return EXTRA_OF.get((exc.name or "").partition(".")[0])
+
+
+def exit_status(exc: BaseException) -> int | None:
+    """The exit status an entry point ends with on `exc`: 2, the command cannot run as given (a rerun as it
+    is fails alike); 1, it ran and failed; None, a bug (its traceback is kept)."""
+    if isinstance(exc, BAD_INPUT):
+        return 2
+    if isinstance(exc, ExplainedError):
+        return exc.status
+    if _missing_extra(exc) is not None:
+        return 2
+    if isinstance(exc, OSError):
+        return 1
+    return None
+
+
 def run_main(main: Callable[[], int | None], out=None) -> int:
-    """`main()`'s exit status, or an error's one line on stderr and its status (2: the command cannot run as
-    given, 1: it ran and failed)."""
+    """`main()`'s exit status, or an error's one line on stderr and its status (`exit_status`)."""
     try:
         return int(main() or 0)
-    except BAD_INPUT as exc:
-        status, error = 2, exc
-    except ExplainedError as exc:
-        status, error = exc.status, exc
-    except ModuleNotFoundError as exc:
-        module = (exc.name or "").partition(".")[0]
-        if module not in EXTRA_OF:
+    except Exception as exc:
+        status = exit_status(exc)
+        if status is None:
             raise
-        status, error = (
-            2,
-            f"this needs {module}, which is not installed: pip install 'selskill[{EXTRA_OF[module]}]'",
+        extra = _missing_extra(exc)
+        error = (
+            f"this needs {exc.name.partition('.')[0]}, which is not installed: pip install 'selskill[{extra}]'"
+            if extra is not None
+            else exc
         )
-    except OSError as exc:
-        status, error = 1, exc
     print(f"error: {error_message(error)}", file=out or sys.stderr, flush=True)
     return status

@@ -79,9 +79,37 @@ def test_one_failed_rank_is_raised_as_itself_several_as_one_error():
     raise_failures(SAMPLE, {}, 4)
     with pytest.raises(StageRefused, match="held"):
         raise_failures(SAMPLE, {2: StageRefused("held")}, 4)
-    with pytest.raises(StageFailed, match=r"2 of 4 ranks failed") as err:
-        raise_failures(SAMPLE, {3: FileNotFoundError("no shard"), 1: StageRefused("held")}, 4)
-    assert "rank 1: StageRefused: held\n  rank 3: FileNotFoundError: no shard" in str(err.value)
+    with pytest.raises(StageFailed, match=r"2 of 4 ranks failed \(the others are complete; a rerun computes"):
+        raise_failures(SAMPLE, {3: RuntimeError("worker died"), 1: OSError(5, "I/O error")}, 4)
+
+
+def test_ranks_refused_in_a_round_are_a_refusal_as_when_each_runs_alone(capsys):
+    """A rerun of refused ranks is refused again: the round must not say it computes them, and must end with
+    the refusal's status (2) and fix, as the stage alone does."""
+    from selskill.data.contract import StageRefused
+    from selskill.errors import run_main
+    from selskill.executors.base import StageFailed, raise_failures
+
+    redo = "sample: rank {} was computed with other inputs than this run: sample_k: 2 -> 3. Rerun with --redo"
+    refusals = {r: StageRefused(redo.format(r)) for r in (1, 0)}
+    with pytest.raises(StageRefused, match=r"^sample: ranks 0, 1 of 4 cannot run as given") as err:
+        raise_failures(SAMPLE, refusals, 4)
+    assert "rank 0: StageRefused: " + redo.format(0) + "\n  rank 1: StageRefused: " in str(err.value)
+    assert "a rerun computes" not in str(err.value)
+
+    def alone():
+        raise refusals[0]
+
+    def in_a_round():
+        raise_failures(SAMPLE, refusals, 4)
+
+    assert run_main(alone) == run_main(in_a_round) == 2
+    assert capsys.readouterr().err.count("Rerun with --redo") == 3
+    # a refusal beside a crash: still a refusal (the rerun as it is would be refused), naming both
+    mixed = {3: RuntimeError("worker died"), 1: FileNotFoundError("no sample shard 1: run sample first")}
+    with pytest.raises(StageRefused, match=r"2 of 4 ranks failed and rank 1 cannot run as given") as err:
+        raise_failures(SAMPLE, mixed, 4)
+    assert not isinstance(err.value, StageFailed) and "rank 3: RuntimeError: worker died" in str(err.value)
 
 
 def test_slurm_dry_run_prints_one_array_script_per_stage_and_submits_nothing(tmp_path, capsys):

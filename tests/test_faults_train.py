@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -27,6 +28,7 @@ from selskill.cli import main as selskill
 from selskill.config import PolicyConfig
 from selskill.data.contract import StageRefused
 from selskill.data.layout import StageDir
+from selskill.data.shards import ShardError
 from selskill.train.checkpoints import INPUTS_FILE, resumable_checkpoint
 from selskill.train.dry_run import dry_run
 from selskill.train.run import parse
@@ -333,8 +335,81 @@ def test_a_train_redo_with_a_missing_label_rank_keeps_the_trained_round(runs, ca
     assert _completed(runs) == first and (train / "model").is_dir() and (train / "checkpoint-2").is_dir()
 
 
+def _forged(stage: StageDir, rank: int = 1) -> str:
+    """Cut rank `rank`'s shard in half and rewrite its marker's size and checksum to match: the marker
+    verifies, the shard does not read."""
+    from selskill.data.shards import file_sha256
+
+    shard, marker = stage.shard(rank), json.loads(stage.marker(rank).read_text())
+    shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])
+    marker.update(bytes=shard.stat().st_size, sha256=file_sha256(shard))
+    stage.marker(rank).write_text(json.dumps(marker))
+    return f"shard {shard} is unreadable"
+
+
+def test_a_redo_over_a_forged_upstream_marker_fails_before_removing_anything(tmp_path, capsys):
+    from selskill.stages.label import LabelConfig, LabelStep
+
+    for rank in (0, 1):
+        _sample_rank(tmp_path, rank)
+    for rank in (0, 1):
+        run = _run(tmp_path, rank=rank, world_size=2)
+        LabelStep(run, LabelConfig(label_kinds="episode"), 3).run(run.rank, run.world_size)
+    sample, label = (StageDir.of(tmp_path / "runs", "t", 1, s) for s in ("sample", "label"))
+    before = _markers(label)
+    expected = _forged(sample)
+    redo = _run(tmp_path, rank=0, world_size=2, redo=True)
+    with pytest.raises(ShardError, match=re.escape(expected)):
+        LabelStep(redo, LabelConfig(label_kinds="episode"), 3).run(redo.rank, redo.world_size)
+    assert _markers(label) == before and all(label.is_complete(r) for r in (0, 1))
+
+
+def test_a_train_redo_over_a_forged_label_marker_keeps_the_trained_round(runs, capsys):
+    train = _train(runs)
+    first = _completed(runs)
+    expected = _forged(StageDir.of(runs, "t", 1, "label"))
+    rc, err = _cli_train(runs, capsys, "--redo", "true")
+    assert rc == 2 and expected in err, err
+    assert _completed(runs) == first and (train / "model").is_dir() and (train / "checkpoint-2").is_dir()
+
+
 def test_a_refusal_is_a_stage_refused(runs):
     """In code (the round's train stage, a notebook) the refusals are the contract's exception, not a crash."""
     _train(runs)
     with pytest.raises(StageRefused, match="learning_rate"):
         _train(runs, "--learning_rate", "3e-3")
+
+
+# --- a training that goes non-finite is never marked complete --------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "lr, steps, cause",
+    [
+        # step 1 moves every weight by ~1e30, step 2's gradients are nan, step 3's loss: the loss check
+        ("1e30", "3", r"the loss is nan at step 3 \(beta 0.1, learning_rate 1e\+30\)"),
+        # one step by 1e39 (inf in float32) leaves inf weights and no loss to show it: the weights check
+        ("1e39", "1", r"trained parameter tensors hold nan or inf after step 1 \(model\."),
+    ],
+    ids=["loss", "weights"],
+)
+def test_a_training_that_goes_nonfinite_fails_naming_the_cause_and_writes_no_completed(
+    runs, capsys, lr, steps, cause
+):
+    rc, err = _cli_train(runs, capsys, "--learning_rate", lr, "--max_steps", steps, "--warmup_steps", "0")
+    assert rc == 1, err
+    last = err.strip().splitlines()[-1]  # the lines above are the stage's log
+    assert last.startswith("error: train: ") and "Traceback" not in err, err
+    assert re.search(cause, last) and "the training diverged" in last, err
+    train = runs / "t" / "round_1" / "train"
+    assert not (train / "COMPLETED").exists() and not (train / "model").exists()
+
+
+@pytest.mark.parametrize(
+    "key, value", [("beta", "nan"), ("beta", "inf"), ("beta", "-1"), ("learning_rate", "nan")]
+)
+def test_a_nonfinite_or_inverted_train_value_is_refused_before_anything_is_written(runs, capsys, key, value):
+    rc, err = _cli_train(runs, capsys, f"--{key}", value)
+    assert rc == 2 and len(err.strip().splitlines()) == 1, err  # before the stage logs anything
+    assert f"{key} must be" in err and f"got {float(value)!r}" in err and f"--{key}" in err, err
+    assert not (runs / "t" / "round_1" / "train").exists()

@@ -349,3 +349,88 @@ def test_an_unknown_key_names_the_closest_valid_keys(tmp_path, capsys):
             assert len(err.splitlines()) == 1 and len(err) < 300, (name, err)
             assert where in err and "learnign_rate (did you mean learning_rate" in err, (name, err)
             assert "`--help` lists every key" in err
+
+
+# A YAML value argparse never converts (a list, a bool, 2.7, .nan), or a nan from the command line: the key,
+# the value and what the key takes, in one line, before any stage runs (entry point, recipe key, value, rule)
+WRONG_VALUES = {
+    "list_for_an_int": ("pipelines/label.py", "sample_k", [1, 2], "an integer"),
+    "fraction_for_an_int": ("pipelines/label.py", "sample_k", 2.7, "an integer"),
+    "whole_float_for_an_int": ("pipelines/label.py", "sample_k", 2.0, "an integer; got 2.0 (write 2"),
+    "bool_for_an_int": ("pipelines/label.py", "sample_k", True, "an integer"),
+    "list_for_a_string": ("pipelines/label.py", "exp", ["a"], "a string"),
+    "null_for_a_float": ("pipelines/label.py", "eval_temperature", None, "a finite number"),
+    "nan_temperature": ("pipelines/label.py", "sample_temperature", float("nan"), "a finite number"),
+    "inf_plugin_share": ("pipelines/label.py", "init_demo_useful", float("inf"), "a finite number"),
+    "nan_beta": ("selskill train", "beta", float("nan"), "a finite number"),
+    "bool_for_a_float": ("selskill train", "learning_rate", True, "a finite number"),
+    "string_for_a_list_item": ("selskill train", "loss_type", ["sigmoid", [1]], "a list of strings"),
+}
+
+
+@pytest.mark.parametrize("case", WRONG_VALUES, ids=str)
+def test_a_recipe_value_of_the_wrong_type_is_one_line_naming_key_value_and_type(case, tmp_path, capsys):
+    where, key, value, rule = WRONG_VALUES[case]
+    text = yaml.safe_load((ROOT / "recipes" / "tiny.yaml").read_text())
+    recipe = tmp_path / "wrong.yaml"
+    recipe.write_text(yaml.safe_dump({**text, key: value, "runs_dir": str(tmp_path / "runs")}))
+    assert _entry_points()[where](["--config", str(recipe)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert f"{key} must be {rule}" in err and f"got {value!r}" in err and f"--{key} VALUE" in err, err
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize(
+    "where, key, value, rule",
+    [
+        ("pipelines/label.py", "sample_temperature", "nan", "a finite number"),
+        ("pipelines/label.py", "fork_temperature", "inf", "a finite number"),
+        ("pipelines/label.py", "slurm_poll_seconds", "-inf", "a finite number"),
+        ("selskill train", "learning_rate", "nan", "a finite number"),
+        ("selskill train", "num_train_epochs", "nan", "a finite number"),
+        ("selskill train", "max_grad_norm", "inf", "a finite number"),
+        ("selskill train", "warmup_steps", "nan", "a finite number"),
+        ("selskill train", "beta", "-1", "> 0"),
+        ("selskill train", "beta", "0", "> 0"),
+        ("selskill train", "learning_rate", "0", "> 0"),
+        ("selskill train", "num_train_epochs", "0", "> 0"),
+        ("selskill train", "warmup_steps", "-1", ">= 0"),
+        ("selskill train", "max_grad_norm", "-1", ">= 0"),
+    ],
+)
+def test_a_command_line_value_out_of_range_is_refused_at_parse(where, key, value, rule, tmp_path, capsys):
+    argv = ["--config", "recipes/tiny.yaml", "--runs_dir", str(tmp_path / "runs"), f"--{key}={value}"]
+    assert _entry_points()[where](argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"{key} must be {rule}; got {float(value)!r}" in err, err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_the_values_a_recipe_may_spell_loosely_still_parse(tmp_path):
+    """An int for a float key, a number for a string key, one item for a list key, null where the default
+    is null: what the recipes write, and what the command line would give."""
+    text = yaml.safe_load((ROOT / "recipes" / "tiny.yaml").read_text())
+    loose = {
+        "num_train_epochs": 2,
+        "sample_temperature": 1,
+        "exp": 7,
+        "loss_type": "sigmoid",
+        "max_length": None,
+    }
+    recipe = tmp_path / "loose.yaml"
+    recipe.write_text(yaml.safe_dump({**text, **loose}))
+    parsed = load_recipe(["--config", str(recipe)])
+    assert parsed.run.exp == "7" and parsed.sample.sample_temperature == 1
+    assert parsed.train.num_train_epochs == 2 and parsed.train.loss_type == ["sigmoid"]
+    assert parsed.train.max_length is None
+
+
+def test_a_recipe_that_is_not_utf8_names_the_file_and_the_fix(tmp_path, capsys):
+    recipe = tmp_path / "latin1.yaml"
+    recipe.write_bytes("exp: caf\u00e9\n".encode("latin-1"))
+    for name, entry in _entry_points().items():
+        assert entry(["--config", str(recipe)]) == 2, name
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1, (name, err)
+        assert f"recipe {recipe} is not UTF-8" in err and "0xe9" in err and "save it as UTF-8" in err, err

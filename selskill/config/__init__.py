@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from selskill.config.checks import bad_value, check_at_least, check_choice, check_unit
+from selskill.config.checks import bad_value, check_at_least, check_choice, check_types, check_unit
 from selskill.config.executor import ExecutorConfig
 from selskill.config.init import InitConfig
 from selskill.config.rollout import RolloutConfig
@@ -111,7 +111,8 @@ def make_parser(dataclass_types: Sequence[type] | None = None):
     """
     from trl import TrlParser
 
-    return _quiet_errors(TrlParser(tuple(dataclass_types or recipe_dataclasses()), allow_abbrev=False))
+    types = tuple(dataclass_types or recipe_dataclasses())
+    return _checked_types(_quiet_errors(TrlParser(types, allow_abbrev=False)), types)
 
 
 def parse_sections(argv: Sequence[str] | None = None, dataclass_types: Sequence[type] | None = None) -> tuple:
@@ -319,6 +320,24 @@ def load_recipe(argv: Sequence[str] | None = None) -> Recipe:
     """The whole recipe, parsed once (what every entry point that runs more than training uses)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     return Recipe.of(parse_sections(argv), argv=argv)
+
+
+def _checked_types(parser, types: Sequence[type]):
+    """Every parsed value checked against its field's type before any section is built
+    (`checks.check_types`): argparse converts only strings, so a YAML list, bool or 2.7, or a
+    nan from either place, would otherwise reach the section as it is."""
+    parse_known_args = parser.parse_known_args
+    own: dict = {}  # what the parser gives a key nobody set (TRL's `debug`: None): its code's own default
+    for action in parser._actions:
+        own.setdefault(action.dest, action.default)
+
+    def checked(args=None, namespace=None):
+        namespace, rest = parse_known_args(args, namespace)
+        check_types(types, vars(namespace), own)
+        return namespace, rest
+
+    parser.parse_known_args = checked
+    return parser
 
 
 def _quiet_errors(parser):

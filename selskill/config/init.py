@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from selskill.config.checks import bad_value, check_at_least, check_share
+from selskill.config.checks import check_above, check_at_least, check_share
 
 # --- what every init build trains ------------------------------------------------------------
 
@@ -119,8 +119,7 @@ class InitConfig:
         )
         check_at_least(self, 0, "init_pretrain_epochs", "init_epochs")
         check_share(self, "init_warmup_ratio", why="a share")
-        if self.init_lr <= 0:
-            raise bad_value("init_lr", self.init_lr, "> 0", "a learning rate")
+        check_above(self, 0, "init_lr", why="a learning rate")
 
     # --- the settings object of the keys above: the one place a builder's training settings come from ---
 

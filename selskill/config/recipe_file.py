@@ -1,4 +1,4 @@
-"""Reading a recipe file: a syntax error, a top-level value that is not a mapping or a key given
+"""Reading a recipe file: a file that is not UTF-8, a syntax error, a top-level value that is not a mapping or a key given
 twice is one line naming the file and line, before TrlParser reads the file again.
 
 PyYAML alone raises a long traceback naming `<unicode string>`, and keeps the last of two
@@ -39,7 +39,13 @@ class _RecipeLoader(yaml.SafeLoader):
 
 def read_recipe(path: str | Path) -> dict:
     """The recipe at `path` as a mapping; a ValueError of one line `PATH:LINE:COLUMN: problem` otherwise."""
-    text = Path(path).read_text()
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(
+            f"recipe {path} is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start}): save it "
+            "as UTF-8 (e.g. `iconv -f latin1 -t utf-8`)"
+        ) from None
     try:
         data = yaml.load(text, Loader=_RecipeLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.MarkedYAMLError as exc:

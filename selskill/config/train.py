@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from trl import DPOConfig, ModelConfig
 
+from selskill.config.checks import check_above, check_at_least
 from selskill.logs import CHOICES as LOG_LEVELS
 
 PAIR_KIND_CHOICES = ("episode", "local", "both")
@@ -254,6 +255,15 @@ class TrainConfig(DPOConfig, ModelConfig):
             raise ValueError(
                 f"max_length must be at least 8 tokens (or null for no limit); got {self.max_length}"
             )
+        check_above(
+            self, 0, "beta", why="DPO's preference strength: a negative beta trains toward the rejected side"
+        )
+        check_above(self, 0, "learning_rate")
+        if self.max_steps <= 0:
+            check_above(self, 0, "num_train_epochs", why="or set max_steps")
+        check_at_least(self, 0, "warmup_steps", why="a float < 1 is a ratio of the total steps")
+        check_at_least(self, 0, "max_grad_norm", why="0 = no clipping")
+        check_at_least(self, 0, "weight_decay")
         if self.truncation_mode != "keep_start":
             raise ValueError(
                 "truncation_mode is not used by the selskill trainer: pairs are fitted to max_length by dropping the "

@@ -68,7 +68,9 @@ class StageDir:
         """Why rank `rank` does not count as complete (None: it does).
 
         The shard must be the one the marker describes: same bytes and sha256 (markers
-        written before they recorded them: the same row count).
+        written before they recorded them: the same row count), and its footer must read with
+        the rows the marker records, so that a marker rewritten to match a cut shard fails here,
+        before a `--redo` that reads it has removed anything.
         """
         from selskill.data.shards import file_sha256
 
@@ -86,10 +88,8 @@ class StageDir:
         size = shard.stat().st_size
         if "bytes" in info and size != info["bytes"]:
             return f"shard {shard} has {size} bytes but its marker records {info['bytes']} (truncated or overwritten)"
-        if "sha256" in info:
-            if file_sha256(shard) != info["sha256"]:
-                return f"shard {shard} does not match the sha256 its marker records (overwritten or corrupt)"
-            return None
+        if "sha256" in info and file_sha256(shard) != info["sha256"]:
+            return f"shard {shard} does not match the sha256 its marker records (overwritten or corrupt)"
         if "rows" in info:
             import pyarrow.parquet as pq
 

@@ -146,15 +146,30 @@ def run_rank_from_argv(stage: type[Step], argv: Sequence[str], rank: int, world_
 
 
 def raise_failures(stage: type[Step], failures: dict[int, BaseException], world_size: int) -> None:
-    """Re-raise a single failure as itself (a refused rank stays a `StageRefused`); several as one error."""
+    """Re-raise a single failure as itself (a refused rank stays a `StageRefused`); several as one error, with
+    the status the worst of them would give alone: a round ends on a refusal as the stage alone does (a
+    `StageRefused`, exit status 2, each rank's line naming its fix), never with "a rerun computes them"."""
+    from selskill.data.contract import StageRefused
+    from selskill.errors import exit_status
+
     if not failures:
         return
     if len(failures) == 1:
         raise next(iter(failures.values()))
     lines = "\n".join(f"  rank {r}: {type(e).__name__}: {e}" for r, e in sorted(failures.items()))
-    raise StageFailed(
-        f"{stage.name}: {len(failures)} of {world_size} ranks failed (the others are complete; a rerun "
-        f"computes only the failed ones):\n{lines}"
+    refused = sorted(r for r, e in failures.items() if exit_status(e) == 2)
+    if not refused:
+        raise StageFailed(
+            f"{stage.name}: {len(failures)} of {world_size} ranks failed (the others are complete; a rerun "
+            f"computes only the failed ones):\n{lines}"
+        )
+    ranks = f"rank{'s' if len(refused) > 1 else ''} {', '.join(map(str, refused))}"
+    fix = f"a rerun as it is is refused again: apply the fix {'each' if len(refused) > 1 else 'it'} names"
+    if len(refused) == len(failures):
+        raise StageRefused(f"{stage.name}: {ranks} of {world_size} cannot run as given ({fix}):\n{lines}")
+    raise StageRefused(
+        f"{stage.name}: {len(failures)} of {world_size} ranks failed and {ranks} cannot run as given ({fix}; "
+        f"the rerun then computes the other failed ranks too):\n{lines}"
     )
 
 

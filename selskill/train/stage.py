@@ -98,6 +98,7 @@ def _train_locked(run, policy, cfg, state, stage: StageDir) -> None:
     trainer.add_callback(record_inputs(recorded))
     checkpoint = resume.checkpoint
     result = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    _refuse_diverged(trainer, result)
 
     lora = peft is not None
     _save_model(trainer, tokenizer, state, stage.path, model_path, policy.trust_remote_code, lora)
@@ -108,6 +109,28 @@ def _train_locked(run, policy, cfg, state, stage: StageDir) -> None:
         logger.info(f"train: wrote {stage.path / MODEL_DIR} and {done}")
     state.wait_for_everyone()
     finish_wandb(cfg, state.is_main_process)
+
+
+def _refuse_diverged(trainer, result) -> None:
+    """Fail, in every process alike, when the trained weights or the mean loss are not finite: `COMPLETED`
+    would hand a model that computes nan to every later stage (the loss is checked at every step too)."""
+    import math
+
+    import torch
+
+    from selskill.train.trainer import DIVERGED_FIX, TrainDiverged
+
+    bad = trainer.nonfinite_weights()
+    count = torch.tensor([len(bad)], device=trainer.accelerator.device)
+    total = int(trainer.accelerator.reduce(count, reduction="sum").item())
+    if total:
+        named = f" ({', '.join(bad[:3])}{', ...' if len(bad) > 3 else ''})" if bad else ""
+        raise TrainDiverged(
+            f"train: {total} trained parameter tensor{'s' if total > 1 else ''} hold nan or inf after step "
+            f"{trainer.state.global_step}{named}: the training diverged; {DIVERGED_FIX}"
+        )
+    if not math.isfinite(result.training_loss):
+        raise TrainDiverged(f"train: the mean training loss is {result.training_loss}: {DIVERGED_FIX}")
 
 
 def _reuse_completed(run, stage: StageDir, inputs, record: dict, is_main: bool) -> bool:

@@ -24,6 +24,7 @@ from trl.trainer.dpo_trainer import DataCollatorForPreference
 from trl.trainer.utils import pad
 
 from selskill.data.schema import PAIR_KINDS
+from selskill.errors import ExplainedError
 from selskill.train import prefix_sharing
 from selskill.train.pairs import KIND_IDS, TOKEN_COLUMNS
 
@@ -38,6 +39,19 @@ OVERRIDDEN_HOOKS = (
     "_get_train_sampler",
 )
 EXTRA_COLUMNS = ("chosen_loss_mask", "rejected_loss_mask", "kind")
+
+
+class TrainDiverged(ExplainedError):
+    """The loss or the trained weights went non-finite: the run failed (exit status 1), and a model that
+    computes nan must never be marked complete, as every later stage would sample, fork and score with it."""
+
+    status = 1
+
+
+DIVERGED_FIX = (
+    "no model is marked complete. Change the recipe (a lower learning_rate, max_grad_norm > 0) or check "
+    "the pairs, then rerun"
+)
 
 
 @dataclass
@@ -201,11 +215,39 @@ class SelSkillDPOTrainer(DPOTrainer):
         self._capture = {"policy": [], "ref": []} if per_kind else None
         try:
             result = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+            if model.training:
+                self._refuse_nonfinite(result[0] if return_outputs else result)
             if per_kind:
                 self._log_per_kind(kinds, inputs)
         finally:
             self._capture = None
         return result
+
+    def _refuse_nonfinite(self, loss: torch.Tensor) -> None:
+        """Stop at the first training loss that is nan or inf, before its gradients reach the weights.
+
+        The Trainer's `logging_nan_inf_filter` would replace it by the running mean and train on, so
+        the logged losses look fine while every weight turns nan. The check costs the one device sync
+        that filter already makes each step. Under a multi-process launch a nan on one rank ends that
+        process, and the launcher ends the others.
+        """
+        if not bool(torch.isfinite(loss.detach()).all()):
+            raise TrainDiverged(
+                f"train: the loss is {loss.detach().float().mean().item()} at step {self.state.global_step + 1} "
+                f"(beta {self.beta}, learning_rate {self.args.learning_rate}): the training diverged; {DIVERGED_FIX}"
+            )
+
+    def nonfinite_weights(self) -> list[str]:
+        """The trained parameters holding a nan or inf in this process (with ZeRO-3, its partition), in one
+        device sync: a last step can break the weights with a finite loss."""
+        named = [
+            (name, getattr(p, "ds_tensor", p)) for name, p in self.model.named_parameters() if p.requires_grad
+        ]
+        named = [(name, t) for name, t in named if t.numel()]
+        if not named:
+            return []
+        finite = torch.stack([torch.isfinite(t.detach()).all() for _, t in named]).tolist()
+        return [name for (name, _), ok in zip(named, finite, strict=True) if not ok]
 
     def _log_per_kind(self, kinds: torch.Tensor, inputs: dict) -> None:
         policy, ref = self._capture["policy"], self._capture["ref"]
