@@ -80,7 +80,7 @@ RECIPE ?= recipes/tiny.yaml
 ROUND ?= 1
 # EXP, when given, overrides the recipe's `exp` (outputs go to runs/$(EXP)/round_<r>/)
 RECIPE_ARGS = --config $(RECIPE) $(if $(filter command line environment,$(origin EXP)),--exp $(EXP))
-.PHONY: init round eval bench-rollout bench-mini
+.PHONY: init round eval bench-rollout bench-mini test-round
 
 init: $(STAMP)  ## build the offline init policy (reused if present) and print its held-out metrics
 	$(JOB) $(BIN)/selskill init $(RECIPE_ARGS)
@@ -88,6 +88,9 @@ init: $(STAMP)  ## build the offline init policy (reused if present) and print i
 round: $(STAMP)  ## one round: make round ROUND=1 [RECIPE=recipes/tiny.yaml] [EXP=name]; ends with the report
 	$(JOB) $(BIN)/selskill round $(RECIPE_ARGS) --round $(ROUND)
 	$(BIN)/selskill report $(RECIPE_ARGS)
+
+test-round: $(STAMP)  ## `make round` on recipes/micro.yaml in a temporary folder: exit 0 and the report (a few minutes)
+	WANDB_MODE=disabled $(BIN)/python -m pytest -q -m slow tests/test_make_round.py
 
 eval: $(STAMP)  ## evaluate round ROUND's model on the recipe's held-out splits
 	$(JOB) $(BIN)/python pipelines/evaluate.py $(RECIPE_ARGS) --round $(ROUND)
