@@ -34,7 +34,7 @@ def _run(*args, **kw):
     )  # fmt: skip
 
 
-def test_pairs_load_and_the_report_is_written_without_any_extra(tmp_path):
+def test_pairs_load_the_report_is_written_and_the_pairs_export_without_any_extra(tmp_path):
     write(tmp_path)
     out = _run("read", str(tmp_path), "--hide-optional")
     assert out.returncode == 0, out.stderr
@@ -44,6 +44,19 @@ def test_pairs_load_and_the_report_is_written_without_any_extra(tmp_path):
     assert got["pairs"] == len(selskill.load_pairs(tmp_path / EXP, 1)) > 0
     assert got["columns"] == SCHEMAS["pair"].names
     assert got["report"] == [str(tmp_path / EXP / "report.md"), str(tmp_path / EXP / "report.html")]
+    # the export (selskill.export_pairs and `selskill export-pairs`) needs no TRL: lengths in characters
+    api = tmp_path / "export-api"
+    assert got["export"] == {
+        "rows": got["pairs"],
+        "files": [str(api / "data" / "train-00000-of-00001.parquet"), str(api / "README.md")],
+        "cli_files": ["export-cli/README.md", "export-cli/data/train-00000-of-00001.parquet"],
+        "lengths": "characters",
+    }
+    # what the base install cannot run names its install in one line
+    assert got["bench_retrieval"] == {
+        "status": 2,
+        "stderr": "error: this needs bm25s, which is not installed: pip install 'selskill[train]'\n",
+    }
 
 
 def test_the_hiding_is_real(tmp_path):
@@ -121,3 +134,22 @@ def test_all_and_dev_are_made_of_the_other_extras(extra):
         req = Requirement(r)
         if canonicalize_name(req.name) == "selskill":
             assert req.extras <= set(optional), req
+
+
+@pytest.mark.parametrize(
+    "scorers, said",
+    [
+        ("bm25", "error: this needs bm25s, which is not installed: pip install 'selskill[train]'"),
+        # dense scorers without their encoder are skipped with a note; then BFCL's data is missing
+        ("dense", "error: BFCL needs bfcl-eval==2026.3.23, which is not installed: pip install --no-deps "
+         "bfcl-eval==2026.3.23 mpmath"),
+    ],
+)  # fmt: skip
+def test_bench_retrieval_without_its_packages_says_what_to_install_in_one_line(scorers, said):
+    code = (
+        "import sys; sys.path.insert(0, 'tests'); import light_install as li; li.hide(li.OPTIONAL)\n"
+        "from selskill.cli import main\n"
+        f"sys.exit(main(['bench', 'retrieval', '--scorers', {scorers!r}]))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert (out.returncode, out.stderr.strip()) == (2, said)
