@@ -24,7 +24,7 @@ export OMP_NUM_THREADS ?= 1
 export MKL_NUM_THREADS ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 export HF_HUB_OFFLINE ?= 1
-export WANDB_MODE ?= offline
+# wandb (report_to: wandb) is online where a key is set, offline where none is (selskill.tracking)
 
 .PHONY: setup test lint format clean help
 
