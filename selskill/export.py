@@ -13,7 +13,7 @@ What a stock trainer cannot read from messages is selskill's loss window: it tra
 completion token, observations and skill returns included, and every assistant turn of a
 local pair, where selskill trains only the assistant tokens of the first n turns after the
 branch. `chosen_window_turns` / `rejected_window_turns` name those turns (0-based among the
-side's assistant messages), built by the trainer's own rule (`selskill.train.pairs.loss_mask`).
+side's assistant messages), built by the trainer's own rule (`selskill.train.pairs.window_turns`).
 A template that rewrites earlier turns (Qwen3 drops earlier <think> blocks) also renders
 other tokens than the policy generated: the shards' token ids stay the exact record.
 """
@@ -28,7 +28,6 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import pyarrow as pa
 import yaml
 
@@ -37,7 +36,7 @@ from selskill.data.contract import read_stage
 from selskill.data.layout import TOKENIZER_FILES, StageDir, policy_dir, round_dir
 from selskill.data.shards import write_parquet_atomic, write_text_atomic
 from selskill.registry import DEFAULT_BENCHMARK, benchmark
-from selskill.train.pairs import loss_mask
+from selskill.train.pairs import window_turns
 
 CHAT_ROLES = ("system", "user", "assistant", "tool")
 DATA_FILE = "data/train-00000-of-00001.parquet"
@@ -92,12 +91,6 @@ def _messages(pair: dict, column: str) -> list[dict]:
             )
         out.append({"role": m["role"], "content": m["content"]})
     return out
-
-
-def window_turns(role, turn, kind: str, n: int | None) -> list[int]:
-    """The completion's assistant turns that selskill trains (the turns holding a loss-window token)."""
-    mask = loss_mask(role, turn, kind, n).astype(bool)
-    return sorted({int(t) for t in np.asarray(turn)[mask]})
 
 
 def conversational_row(pair: dict, n: int | None) -> dict:
