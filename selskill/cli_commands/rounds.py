@@ -101,7 +101,7 @@ COMMANDS = [
         "iterations: the expert relabels the policy's own episodes; --init_dagger_from DIR starts them from an "
         "init already built with the same settings); then play greedily on the recipe's "
         "held-out split and print SR, Exec. Prec., Skill/ep, ... (runs/<exp>/round_0/eval/metrics.json). "
-        "Every init_* key: selskill init --help. "
+        "--help lists every init_* key. "
         "Example: selskill init --config recipes/tiny.yaml",
         run=_init,
         takes_recipe=True,
