@@ -141,7 +141,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="constraints.txt", type=Path)
     parser.add_argument("--pyproject", default="pyproject.toml", type=Path)
     parser.add_argument(
-        "--requirements-of", metavar="EXTRA", help="print EXTRA's own requirements, one a line, and write nothing"
+        "--requirements-of",
+        metavar="EXTRA",
+        help="print EXTRA's own requirements, one a line, and write nothing",
     )
     args = parser.parse_args(argv)
     if args.requirements_of:
@@ -153,7 +155,9 @@ def main(argv: list[str] | None = None) -> int:
     pins.update(separate_pins(args.pyproject, separate, pins, read_pins(args.out), args.out))
     py = f"{sys.version_info.major}.{sys.version_info.minor}"
     lines = [f"{name}=={version}" for name, version in sorted(pins.items()) if name not in NOT_PINNED]
-    header = HEADER.format(py=py, extras=",".join(sorted(extras)), separate=",".join(sorted(separate)) or "none")
+    header = HEADER.format(
+        py=py, extras=",".join(sorted(extras)), separate=",".join(sorted(separate)) or "none"
+    )
     args.out.write_text(header + "\n".join(lines) + "\n")
     print(f"wrote {len(lines)} pins to {args.out}")
     return 0
