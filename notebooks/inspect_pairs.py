@@ -17,8 +17,9 @@
 # Look at the pairs a SelSkill round produced before trusting them: how many of each kind
 # and label reason, and what a pair actually contains. A pair is rendered as its shared
 # prefix (shown once, collapsed when long), then the chosen and rejected completions side
-# by side, starting at the **branch point** (red marker). Tokens are coloured by role
-# (prompt/system, assistant, observation, skill return); the tokens DPO trains on (all
+# by side, starting at the **branch point** (red marker). Tokens (or messages, where the
+# round's model is absent) are coloured by role (prompt/system, assistant, observation, skill
+# return); the tokens DPO trains on (all
 # assistant tokens for episode pairs, the first n assistant turns after the branch for local
 # pairs; n = 3 unless `render_pair(..., window_n=...)` says otherwise) are highlighted in
 # green. The highlight is the trainer's own window, built from each token's role and turn.
@@ -75,10 +76,20 @@ for s in stats:
 # ## Yield: pairs by kind and label reason
 
 # %%
-SUMMARY_COLUMNS = ["round", "kind", "label_reason", "task_type", "chosen_arm", "chosen_steps", "rejected_steps"]
+SUMMARY_COLUMNS = [
+    "round",
+    "kind",
+    "label_reason",
+    "task_type",
+    "chosen_arm",
+    "chosen_steps",
+    "rejected_steps",
+]
 summary = pairs.select_columns(SUMMARY_COLUMNS)
 display(HTML(si.yield_table(summary, n_tasks={rnd: n_tasks} if n_tasks else None)))
-display(HTML(si.html_table(["discarded because", "count"], sorted((k, v) for k, v in discarded.items() if v))))
+display(
+    HTML(si.html_table(["discarded because", "count"], sorted((k, v) for k, v in discarded.items() if v)))
+)
 by_type: dict = {}
 for p in summary:
     by_type[p["task_type"]] = by_type.get(p["task_type"], 0) + 1
@@ -90,16 +101,33 @@ display(HTML(si.html_table(["task type", "pairs"], sorted(by_type.items()))))
 # %%
 view = pairs.filter(si.matches, fn_kwargs={"kind": KIND, "reason": REASON, "task_type": TASK_TYPE})
 print(f"{len(view)} of {len(pairs)} pairs match kind={KIND} reason={REASON} task_type={TASK_TYPE}")
-display(HTML(si.pairs_table(view.select_columns(
-    ["pair_id", "kind", "label_reason", "task_type", "chosen_arm", "rejected_arm", "chosen_steps", "rejected_steps"]
-), limit=25)))
+display(
+    HTML(
+        si.pairs_table(
+            view.select_columns(
+                [
+                    "pair_id",
+                    "kind",
+                    "label_reason",
+                    "task_type",
+                    "chosen_arm",
+                    "rejected_arm",
+                    "chosen_steps",
+                    "rejected_steps",
+                ]
+            ),
+            limit=25,
+        )
+    )
+)
 
 # %% [markdown]
 # ## Render one pair
 #
 # Tokens are decoded with the tokenizer of the policy that sampled this round (round r-1's
-# model) when it exists, else shown as ids. The prefix is coloured by role using the source
-# rollout (episode pairs) or fork (local pairs) it came from.
+# model) when it exists, the prefix coloured by role using the source rollout (episode pairs)
+# or fork (local pairs) it came from. Without that model the pair is shown as the messages its
+# row carries, as text, the assistant turns of the loss window highlighted.
 
 # %%
 tokenizer = None
@@ -108,7 +136,10 @@ if (model_dir / "tokenizer_config.json").exists():
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-print("tokenizer:", model_dir if tokenizer is not None else "none (showing token ids)")
+print(
+    "tokenizer:",
+    model_dir if tokenizer is not None else f"none in {model_dir} (showing each message as text)",
+)
 
 
 sources = {}  # stage -> its rows, loaded once
@@ -135,5 +166,5 @@ if len(view) == 0:
     print("no pair matches the filters")
 else:
     pair = view[min(PAIR_INDEX, len(view) - 1)]
-    roles = si.prefix_roles(pair, source_rows(pair))
+    roles = si.prefix_roles(pair, source_rows(pair)) if tokenizer is not None else None
     display(HTML(si.render_pair(pair, tokenizer=tokenizer, prompt_roles=roles, max_prefix_tokens=200)))

@@ -114,6 +114,8 @@ def export_pairs(
     window_n: int | str | None = "recipe",
     recipe: str | None = None,
     push_to_hub: str | None = None,
+    tokenizer: str | None = None,
+    license: str | None = None,
 ):
     """Round `round`'s pairs as TRL's conversational preference dataset in `out_dir` (Parquet + README.md
     card); returns `selskill.export.Export` (paths and row count). See `selskill.export` for the format.
@@ -121,9 +123,22 @@ def export_pairs(
     `window_n`: the local pairs' loss window the `*_window_turns` columns name ("recipe": what the
     round's train stage recorded, else the recipe default; or a number of turns, or "all").
     `recipe`: the recipe file's name for the card (a run directory does not record it).
-    `push_to_hub`: also upload to this hub dataset repo (needs network and a token; off by default).
+    `push_to_hub`: also upload the data file and the card to this hub dataset repo (needs network and a
+    token; off by default).
+    `tokenizer`: the tokenizer (folder or hub id) the card's token lengths are measured with; by default the
+    round's own (the model that sampled it), and character lengths where it has none.
+    `license`: the card's license (a hub license id); by default the license of the benchmark's data.
     """
     _stage_dir(run_dir, round, "label")  # a missing run or stage: what to run
     from selskill.export import write_export
 
-    return write_export(Path(run_dir), round, Path(out_dir), window_n, recipe, push_to_hub)
+    return write_export(
+        Path(run_dir),
+        round,
+        Path(out_dir),
+        window_n,
+        recipe,
+        push_to_hub,
+        tokenizer=tokenizer,
+        license=license,
+    )

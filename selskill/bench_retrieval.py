@@ -197,6 +197,8 @@ class RetrievalBench:
 
 def bench_retrieval(bench: RetrievalBench | None = None) -> dict:
     bench = bench or RetrievalBench()
+    if {"bm25", "fused"} & set(bench.scorers):
+        import bm25s  # noqa: F401 - a missing extra is said before any benchmark's data loads
     base = bench.retrieval_config()
     result: dict = {"config": base.to_dict(), "seed": bench.seed, "notes": [], "rows": []}
     chosen, encoder = _scorers(bench, base, result)

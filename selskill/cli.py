@@ -38,13 +38,80 @@ def commands() -> list[Command]:
     return [*top, *rounds.COMMANDS, outputs.REPORT, outputs.EXPORT_PAIRS, group, outputs.IMPORT_SKILLS]
 
 
+class Parser(argparse.ArgumentParser):
+    """An argparse parser whose long options take both spellings, `--window-n` and `--window_n`, as the recipe
+    keys do (TRL's parser adds the dashed one to each key): no one has to remember which a command uses.
+    Subcommands' parsers are of the same class (argparse builds them with their parent's)."""
+
+    def add_argument(self, *names, **kwargs):
+        other = [
+            alias
+            for name in names
+            if name.startswith("--")
+            for alias in ("--" + name[2:].replace("-", "_"), "--" + name[2:].replace("_", "-"))
+            if alias not in names
+        ]
+        return super().add_argument(*names, *dict.fromkeys(other), **kwargs)
+
+
+RECIPE_USAGE = "[--config RECIPE] [--KEY VALUE ...]"
+
+
+def every_section_parser(**kwargs) -> argparse.ArgumentParser:
+    """The recipe parser over every section (what a command that loads the whole recipe reads)."""
+    from selskill.config import make_parser
+
+    return make_parser(**kwargs)
+
+
+class RecipeHelp(argparse.Action):
+    """`--help` of a command that takes the recipe: its own options, then every recipe key by section."""
+
+    def __init__(self, option_strings, dest, recipe_parser, **kwargs):
+        super().__init__(option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, nargs=0, **kwargs)
+        self.recipe_parser = recipe_parser
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser.print_help()
+        try:
+            keys = self.recipe_parser(prog=parser.prog, usage=argparse.SUPPRESS, add_help=False)
+        except ImportError as exc:  # the base install: the recipe parser is TRL's
+            module = (exc.name or "trl").partition(".")[0]
+            print(
+                f"\nrecipe keys: listing them needs {module}, which is not installed: pip install 'selskill[train]'"
+            )
+        else:
+            print(
+                "\nrecipe keys: in the YAML file --config names, or on the command line as --key value (which\n"
+                "overrides the file); --key_name and --key-name are the same key.\n"
+            )
+            print(keys.format_help().rstrip())
+        parser.exit()
+
+
 def add_commands(sub: argparse._SubParsersAction, cmds: Sequence[Command]) -> None:
     """One parser per command under `sub`; a group's commands under its own."""
     for cmd in cmds:
         # where the recipe's keys share the command line, none may be read as an abbreviated option
-        options = {"allow_abbrev": not cmd.takes_recipe, **cmd.parser_options}
-        p = sub.add_parser(cmd.name, help=cmd.help, description=cmd.description, **options)
+        p = sub.add_parser(
+            cmd.name,
+            help=cmd.help,
+            description=cmd.description,
+            allow_abbrev=not cmd.takes_recipe,
+            add_help=not cmd.takes_recipe,
+        )
+        if cmd.takes_recipe:
+            p.add_argument(
+                "-h",
+                "--help",
+                action=RecipeHelp,
+                recipe_parser=cmd.recipe_parser or every_section_parser,
+                help="show this help, then every recipe key, and exit",
+            )
         cmd.add_arguments(p)
+        if cmd.takes_recipe:
+            own = " ".join(p.format_usage().split()).removeprefix("usage: ").removeprefix(p.prog)
+            p.usage = f"%(prog)s{own} {RECIPE_USAGE}"
         if cmd.subcommands:
             group = p.add_subparsers(dest=cmd.name, metavar=cmd.name.upper(), required=True)
             add_commands(group, cmd.subcommands)
@@ -59,7 +126,6 @@ def _add_log_level(p: argparse.ArgumentParser) -> None:
 
     p.add_argument(
         "--log_level",
-        "--log-level",
         default="info",
         choices=CHOICES,
         metavar="LEVEL",
@@ -68,7 +134,7 @@ def _add_log_level(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="selskill",
         description="Preference data and DPO training that teach LLM agents when to invoke a skill and when to "
         "skip it (SelSkill). Each subcommand has its own --help.",

@@ -9,8 +9,8 @@ nothing of selskill: any layer that owns a command can build one.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 
 
 def no_arguments(parser: argparse.ArgumentParser) -> None:
@@ -23,9 +23,11 @@ class Command:
 
     `takes_recipe`: the arguments the command does not know are the recipe's (`--config RECIPE`,
     `--key value` overrides), handed to `run` as `args.recipe_args` for TrlParser to check; the
-    command's own options are then never abbreviated, and the recipe key `log_level` sets the level. `log_level`: whether the command has its own
-    `--log_level` option (no recipe parses its command line). `parser_options`: extra keyword
-    arguments of its `argparse` parser (`add_help`, `prefix_chars`).
+    command's own options are then never abbreviated, the recipe key `log_level` sets the level,
+    and `--help` lists the recipe's keys after the command's own options. `recipe_parser(**kwargs)`:
+    the TrlParser whose keys those are, built with argparse's keywords (`prog`, ...), as TRL's
+    scripts' `make_parser(prog=)`; None: every section's (`selskill.config.make_parser`).
+    `log_level`: whether the command has its own `--log_level` option (no recipe parses its command line).
     `subcommands`: a group (`selskill bench`) that runs one of them instead of `run`.
     """
 
@@ -35,6 +37,6 @@ class Command:
     run: Callable[[argparse.Namespace], int] | None = None
     add_arguments: Callable[[argparse.ArgumentParser], None] = no_arguments
     takes_recipe: bool = False
+    recipe_parser: Callable[..., argparse.ArgumentParser] | None = None
     log_level: bool = True
-    parser_options: Mapping[str, object] = field(default_factory=dict)
     subcommands: tuple[Command, ...] = ()

@@ -53,6 +53,12 @@ class ExplainedError(RuntimeError):
             self.status = status
 
 
+class MissingPackage(ExplainedError, ImportError):
+    """A package the install lacks, with the command that installs it (for one no extra installs, or with
+    more to say than the extra): one line and exit status 2 like a missing extra, and still an ImportError for
+    code that carries on without the package."""
+
+
 def error_message(exc: BaseException | str) -> str:
     """The message of `exc` as an entry point prints it; an OSError names its file first."""
     if isinstance(exc, str):

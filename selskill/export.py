@@ -13,28 +13,30 @@ What a stock trainer cannot read from messages is selskill's loss window: it tra
 completion token, observations and skill returns included, and every assistant turn of a
 local pair, where selskill trains only the assistant tokens of the first n turns after the
 branch. `chosen_window_turns` / `rejected_window_turns` name those turns (0-based among the
-side's assistant messages), built by the trainer's own rule (`selskill.train.pairs.loss_mask`).
+side's assistant messages), built by the trainer's own rule (`selskill.train.pairs.window_turns`).
 A template that rewrites earlier turns (Qwen3 drops earlier <think> blocks) also renders
 other tokens than the policy generated: the shards' token ids stay the exact record.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import statistics
 import subprocess
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import pyarrow as pa
 import yaml
 
-from selskill.config.train import TrainConfig, parse_window_n
+from selskill.config.window import DEFAULT_WINDOW_N, parse_window_n
 from selskill.data.contract import read_stage
-from selskill.data.layout import StageDir
+from selskill.data.layout import TOKENIZER_FILES, StageDir, policy_dir, round_dir
 from selskill.data.shards import write_parquet_atomic, write_text_atomic
-from selskill.train.pairs import loss_mask
+from selskill.registry import DEFAULT_BENCHMARK, benchmark
+from selskill.train.pairs import window_turns
 
 CHAT_ROLES = ("system", "user", "assistant", "tool")
 DATA_FILE = "data/train-00000-of-00001.parquet"
@@ -91,12 +93,6 @@ def _messages(pair: dict, column: str) -> list[dict]:
     return out
 
 
-def window_turns(role, turn, kind: str, n: int | None) -> list[int]:
-    """The completion's assistant turns that selskill trains (the turns holding a loss-window token)."""
-    mask = loss_mask(role, turn, kind, n).astype(bool)
-    return sorted({int(t) for t in np.asarray(turn)[mask]})
-
-
 def conversational_row(pair: dict, n: int | None) -> dict:
     """One PAIR_SCHEMA row as an EXPORT_SCHEMA row (`n`: the local pairs' window, None = every turn)."""
     row = {
@@ -128,7 +124,7 @@ def round_window_n(exp_dir: Path, round_: int) -> int | None:
         value = (yaml.safe_load(config.read_text()) or {}).get("train_window_n")
         if value is not None:
             return parse_window_n(value)
-    return parse_window_n(TrainConfig.__dataclass_fields__["train_window_n"].default)
+    return parse_window_n(DEFAULT_WINDOW_N)
 
 
 def selskill_commit() -> str:
@@ -153,36 +149,204 @@ class Export:
     card: Path
     rows: int
     window_n: int | None
+    lengths: Lengths
+
+
+# DPOConfig's default max_length (TRL 1.16), which the card measures the pairs against
+TRL_DEFAULT_MAX_LENGTH = 1024
+
+
+@dataclass(frozen=True)
+class Lengths:
+    """Per pair, the prompt's and each completion's length in `unit`: "tokens" as `trl.DPOTrainer` counts them
+    (the pair rendered through the chat template of the tokenizer at `source`), or "characters" of the
+    messages' contents where no tokenizer was at hand (`source` says why)."""
+
+    unit: str
+    source: str
+    prompt: list[int]
+    chosen: list[int]
+    rejected: list[int]
+
+    @property
+    def sequence(self) -> list[int]:
+        """Each pair's longer sequence: the prompt and its longer completion."""
+        return [p + max(c, r) for p, c, r in zip(self.prompt, self.chosen, self.rejected, strict=True)]
+
+    @property
+    def max_length(self) -> int:
+        """The least `max_length` that trains on every pair whole."""
+        return max(self.sequence, default=0)
+
+    def dropped(self, max_length: int) -> int:
+        """Pairs `trl.DPOTrainer` drops at `max_length`: their prompt alone has that many tokens or more."""
+        return sum(p >= max_length for p in self.prompt)
+
+    def cut(self, max_length: int) -> int:
+        """Pairs it keeps but cuts: a completion ends past `max_length`."""
+        return sum(p < max_length < s for p, s in zip(self.prompt, self.sequence, strict=True))
+
+
+def round_tokenizer(exp_dir: Path, round_: int) -> Path | None:
+    """The tokenizer folder of the model that sampled round `round_` (round r-1's), else of the model the round
+    trained (the same tokenizer); None when neither has one (a round that started from a hub model)."""
+    runs, exp = exp_dir.parent, exp_dir.name
+    for folder in (policy_dir(runs, exp, round_), round_dir(runs, exp, round_) / "train" / "model"):
+        if any((folder / f).is_file() for f in TOKENIZER_FILES):
+            return folder
+    return None
+
+
+def character_lengths(table: pa.Table, why: str) -> Lengths:
+    def chars(messages: list[dict]) -> int:
+        return sum(len(m["content"]) for m in messages)
+
+    rows = table.select(["prompt", "chosen", "rejected"]).to_pylist()
+    return Lengths(
+        "characters",
+        why,
+        [chars(r["prompt"]) for r in rows],
+        [chars(r["chosen"]) for r in rows],
+        [chars(r["rejected"]) for r in rows],
+    )
+
+
+def token_lengths(table: pa.Table, tokenizer, source: str) -> Lengths:
+    """Lengths as `trl.DPOTrainer` tokenizes a conversational pair: the prompt with the generation prompt, then
+    prompt + chosen and prompt + rejected; the completions start where those renderings part."""
+    from trl.data_utils import common_prefix_length
+
+    def ids(messages: list[dict], **kwargs) -> list[int]:
+        return tokenizer.apply_chat_template(messages, tokenize=True, return_dict=True, **kwargs)["input_ids"]
+
+    prompt, chosen, rejected = [], [], []
+    for row in table.select(["prompt", "chosen", "rejected"]).to_pylist():
+        alone = ids(row["prompt"], add_generation_prompt=True)
+        with_chosen, with_rejected = ids(row["prompt"] + row["chosen"]), ids(row["prompt"] + row["rejected"])
+        n = min(common_prefix_length(alone, with_chosen), common_prefix_length(alone, with_rejected))
+        prompt.append(n)
+        chosen.append(len(with_chosen) - n)
+        rejected.append(len(with_rejected) - n)
+    return Lengths("tokens", source, prompt, chosen, rejected)
+
+
+def measure_lengths(table: pa.Table, exp_dir: Path, round_: int, tokenizer: str | None = None) -> Lengths:
+    """Token lengths with `tokenizer` (a folder or hub id), else with the round's own tokenizer; character
+    lengths, saying why, where the round has none or the install cannot load one."""
+    source = tokenizer or round_tokenizer(exp_dir, round_)
+    if source is None:
+        return character_lengths(
+            table,
+            f"no tokenizer in {policy_dir(exp_dir.parent, exp_dir.name, round_)} (the model that sampled the "
+            "round) and none given (--tokenizer)",
+        )
+    missing = [m for m in ("transformers", "trl") if importlib.util.find_spec(m) is None]
+    if missing and tokenizer is None:
+        return character_lengths(
+            table, f"{' and '.join(missing)} not installed (pip install 'selskill[train]') to read {source}"
+        )
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(source))
+    if not getattr(tok, "chat_template", None):
+        raise ValueError(
+            f"the tokenizer at {source} has no chat template, so trl.DPOTrainer cannot render these messages "
+            "with it: give --tokenizer the model you will train"
+        )
+    return token_lengths(table, tok, str(source))
+
+
+def _spread(values: list[int]) -> str:
+    return f"{min(values)} | {int(statistics.median(values))} | {max(values)}"
+
+
+def lengths_section(lengths: Lengths) -> list[str]:
+    """What a `trl.DPOTrainer` user must set for the pairs to train whole, from their measured lengths."""
+    table = [
+        f"| | min | median | max ({lengths.unit}) |",
+        "|---|---|---|---|",
+        f"| prompt | {_spread(lengths.prompt)} |",
+        f"| chosen | {_spread(lengths.chosen)} |",
+        f"| rejected | {_spread(lengths.rejected)} |",
+        f"| prompt + longer completion | {_spread(lengths.sequence)} |",
+        "",
+    ]
+    if lengths.unit != "tokens":
+        return [
+            f"Characters of the messages' contents, not tokens: {lengths.source}. Token counts depend on the "
+            "model's tokenizer and chat template, so no `max_length` follows from these; export again with "
+            "`--tokenizer MODEL` (the model you will train) for token counts and the DPOConfig settings they "
+            "need, or train with `DPOConfig(max_length=None)` (nothing cut, nothing dropped).",
+            "",
+            *table,
+        ]
+    n, need, default = len(lengths.prompt), lengths.max_length, TRL_DEFAULT_MAX_LENGTH
+    return [
+        f"Tokens as `trl.DPOTrainer` counts them with the tokenizer of `{lengths.source}`: each pair rendered "
+        "through its chat template, the prompt with the generation prompt, then prompt + chosen and prompt + "
+        "rejected.",
+        "",
+        *table,
+        "`trl.DPOTrainer` drops a pair whose prompt alone has `max_length` tokens or more and cuts every other "
+        f"sequence to `max_length`. With TRL's default `max_length={default}` it drops "
+        f"{lengths.dropped(default)} of these {n} pairs and cuts {lengths.cut(default)} more. DPOConfig has no "
+        f"`max_prompt_length`: the prompt counts toward `max_length` (the longest prompt is "
+        f"{max(lengths.prompt, default=0)} tokens). To train on every pair whole:",
+        "",
+        "```python",
+        f'DPOConfig(max_length={need}, truncation_mode="keep_start")  # or max_length=None: no limit',
+        "```",
+        "",
+    ]
+
+
+def round_license(exp_dir: Path, round_: int) -> str:
+    """The license of the round's benchmark data (its label stage records the run's `benchmark`)."""
+    config = StageDir.of(exp_dir.parent, exp_dir.name, round_, "label").config
+    name = (yaml.safe_load(config.read_text()) or {}).get("benchmark") if config.is_file() else None
+    try:
+        return benchmark(name or DEFAULT_BENCHMARK).data_license
+    except ValueError:  # a plugin no longer installed
+        return "unknown"
 
 
 def _counts(table: pa.Table, *columns: str) -> Counter:
     return Counter("/".join(v) for v in zip(*(table.column(c).to_pylist() for c in columns), strict=True))
 
 
-def dataset_card(table: pa.Table, exp: str, round_: int, n: int | None, recipe: str, commit: str) -> str:
+def dataset_card(
+    table: pa.Table,
+    exp: str,
+    round_: int,
+    n: int | None,
+    recipe: str,
+    commit: str,
+    lengths: Lengths,
+    license: str = "unknown",
+):
+    """The dataset card (`huggingface_hub.DatasetCard`): the hub reads its metadata (license, task, the data
+    file as the `default` config's train split), a person its text."""
+    from huggingface_hub import DatasetCard, DatasetCardData
+
     by_kind = _counts(table, "kind")
     by_reason = _counts(table, "kind", "label_reason")
     window = "every assistant turn" if n is None else f"the first {n} assistant turns"
+    metadata = DatasetCardData(
+        license=license,
+        task_categories=["text-generation"],
+        tags=["dpo", "preference", "agents", "trl", "selskill"],
+        pretty_name=f"selskill preference pairs: {exp}, round {round_}",
+        configs=[{"config_name": "default", "data_files": [{"split": "train", "path": DATA_FILE}]}],
+    )
     lines = [
-        "---",
-        "configs:",
-        "- config_name: default",
-        "  data_files:",
-        "  - split: train",
-        f"    path: {DATA_FILE}",
-        "tags:",
-        "- dpo",
-        "- preference",
-        "- agents",
-        "---",
-        "",
         f"# selskill preference pairs: {exp}, round {round_}",
         "",
         "TRL's conversational preference format: `prompt`, `chosen` and `rejected` are lists of "
         '`{"role", "content"}` messages with roles system (protocol and skill listing), user (task and '
         "observations), assistant (decisions) and tool (a skill's return). `prompt` ends before the first "
         "assistant message the pair compares; each side ends with its last assistant message. Load it with "
-        '`datasets.load_dataset("parquet", data_files=...)` and train with `trl.DPOTrainer`.',
+        '`datasets.load_dataset("parquet", data_files=...)` (or by its hub name once pushed) and train with '
+        "`trl.DPOTrainer`, setting `max_length` as [Lengths](#lengths) says.",
         "",
         "## How the pairs were made",
         "",
@@ -193,6 +357,9 @@ def dataset_card(table: pa.Table, exp: str, round_: int, n: int | None, recipe: 
         "shortest successful episode with one of its longest failures from the first decision on. Both sides "
         "of a pair share the prompt exactly.",
         "",
+        "## Lengths",
+        "",
+        *lengths_section(lengths),
         "## Columns",
         "",
         "- `pair_id`, `kind` (episode | local), `label_reason` (success_vs_failure | success_rate | efficiency)",
@@ -209,6 +376,7 @@ def dataset_card(table: pa.Table, exp: str, round_: int, n: int | None, recipe: 
         f"- experiment `{exp}`, round {round_}; recipe: {recipe}",
         f"- selskill commit: `{commit}`",
         f"- loss window (train_window_n): {'all' if n is None else n}",
+        f"- license: `{license}`, the license of the benchmark's data the tasks come from",
         "",
         "## Counts",
         "",
@@ -223,7 +391,22 @@ def dataset_card(table: pa.Table, exp: str, round_: int, n: int | None, recipe: 
         *(f"| {k} | {v} |" for k, v in sorted(by_reason.items())),
         "",
     ]
-    return "\n".join(lines)
+    return DatasetCard(f"---\n{metadata.to_yaml()}\n---\n\n" + "\n".join(lines))
+
+
+def push_export(out_dir: Path, repo_id: str) -> None:
+    """Upload the data file and its card to the hub dataset repo `repo_id` in one commit (created if absent)."""
+    from huggingface_hub import HfApi
+
+    api = HfApi()
+    api.create_repo(repo_id, repo_type="dataset", exist_ok=True)
+    api.upload_folder(
+        repo_id=repo_id,
+        repo_type="dataset",
+        folder_path=str(out_dir),
+        allow_patterns=[DATA_FILE, "README.md"],
+        commit_message="selskill export-pairs: preference pairs and their dataset card",
+    )
 
 
 def write_export(
@@ -233,6 +416,8 @@ def write_export(
     window_n: int | str | None = "recipe",
     recipe: str | None = None,
     push_to_hub: str | None = None,
+    tokenizer: str | None = None,
+    license: str | None = None,
 ) -> Export:
     """`selskill.api.export_pairs`: round `round_`'s pairs of `exp_dir` (runs/<exp>), read as the train stage
     reads them (every rank complete and verified), written to `out_dir` with its dataset card."""
@@ -244,14 +429,21 @@ def write_export(
         )
     n = round_window_n(exp_dir, round_) if window_n == "recipe" else parse_window_n(window_n or "all")
     table = export_table(pairs, n)
+    lengths = measure_lengths(table, exp_dir, round_, tokenizer)
     data_file = write_parquet_atomic(table, out_dir / DATA_FILE)
     where = f"the label stage's resolved config is {stage.config.relative_to(exp_dir.parent)}"
     recipe_text = f"`{recipe}` ({where})" if recipe else f"file name not recorded in the run; {where}"
-    card = write_text_atomic(
-        dataset_card(table, exp_dir.name, round_, n, recipe_text, selskill_commit()), out_dir / "README.md"
+    card = dataset_card(
+        table,
+        exp_dir.name,
+        round_,
+        n,
+        recipe_text,
+        selskill_commit(),
+        lengths,
+        license or round_license(exp_dir, round_),
     )
+    card_file = write_text_atomic(str(card), out_dir / "README.md")
     if push_to_hub:
-        from datasets import Dataset
-
-        Dataset(table).push_to_hub(push_to_hub)
-    return Export(out_dir, data_file, card, table.num_rows, n)
+        push_export(out_dir, push_to_hub)
+    return Export(out_dir, data_file, card_file, table.num_rows, n, lengths)

@@ -6,8 +6,11 @@ the branch point (marked), every token is coloured by its role (prompt/system, a
 observation, skill return) and the tokens DPO trains on are highlighted: the loss window
 for `window_n` turns, built by the trainer's own `loss_mask` from each token's role and
 turn (pair rows store no mask, so the view cannot disagree with what is trained). Tokens are decoded one by one with the
-tokenizer when one is given, else shown as token ids. The markup is jinja2's
-(selskill/templates/pair.html.j2), autoescaped: every text, decoded tokens included, is escaped.
+tokenizer when one is given. Without one, a pair whose row carries its messages (every pair the
+label stage writes) is shown as those messages, text by role, the assistant turns of the loss
+window highlighted (`selskill.train.pairs.window_turns`, the same rule); a row without them as
+token ids. The markup is jinja2's (selskill/templates/pair.html.j2), autoescaped: every text,
+decoded tokens included, is escaped.
 
 Pair rows carry roles for completion tokens only; pass `prompt_roles` (e.g. from
 `prefix_roles(pair, sources)` with the source rollout/fork rows) to colour the prefix too.
@@ -18,15 +21,23 @@ Also: `matches` / `filter_pairs` (by kind, label reason, task type), `yield_rows
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 
 from selskill import templates
-from selskill.train.pairs import loss_mask
+from selskill.train.pairs import loss_mask, window_turns
 
 ROLE_CLASSES = {0: "r-prompt", 1: "r-assistant", 2: "r-observation", 3: "r-skill"}
 ROLE_LABELS = {0: "prompt/system", 1: "assistant", 2: "observation", 3: "skill return"}
 UNKNOWN_ROLE = "r-prefix"
+# a message's chat role -> the class of the token role it holds (user messages: the task and observations)
+MESSAGE_CLASSES = {
+    "system": "r-prompt",
+    "user": "r-observation",
+    "assistant": "r-assistant",
+    "tool": "r-skill",
+}
 IN_LOSS = "in-loss"
 BRANCH_CLASS = "branch-point"
 
@@ -136,27 +147,87 @@ def _prefix(pair: Mapping, tokenizer, prompt_roles, max_prefix_tokens: int) -> d
     return out | {"head": part(0, head), "omitted": omitted, "tail": part(n - tail, n)}
 
 
+def _side_title(pair: Mapping, side: str, mask: Sequence[int]) -> str:
+    arm = pair.get(f"{side}_arm") or ""
+    ok = "success" if pair.get(f"{side}_success") else "failure"
+    steps_label = "steps after the branch" if pair.get("kind") == "local" else "steps"
+    return (
+        f"{side}{f' — {arm} arm' if arm else ''}: {ok}, {pair.get(f'{side}_steps')} {steps_label}, "
+        f"{len(pair[f'{side}_ids'])} tokens, {sum(int(m) for m in mask)} in the loss"
+    )
+
+
 def _side(pair: Mapping, side: str, tokenizer, max_tokens: int | None, window_n: int | None) -> dict:
     ids = list(pair[f"{side}_ids"])
     roles = list(pair[f"{side}_role"])
     turns = list(pair[f"{side}_turn"])
     mask = loss_mask(roles, turns, pair["kind"], window_n).tolist()
     shown = len(ids) if max_tokens is None else min(len(ids), max_tokens)
-    arm = pair.get(f"{side}_arm") or ""
-    ok = "success" if pair.get(f"{side}_success") else "failure"
-    steps_label = "steps after the branch" if pair.get("kind") == "local" else "steps"
-    title = (
-        f"{side}{f' — {arm} arm' if arm else ''}: {ok}, {pair.get(f'{side}_steps')} {steps_label}, "
-        f"{len(ids)} tokens, {sum(int(m) for m in mask)} in the loss"
-    )
     start = len(pair["prompt_ids"])
     return {
         "side": side,
-        "title": title,
+        "title": _side_title(pair, side, mask),
         "source": pair.get(f"{side}_source"),
         "prefix_len": start,
         "toks": _token_spans(ids[:shown], roles[:shown], mask[:shown], turns[:shown], tokenizer, start=start),
         "omitted": f" … {len(ids) - shown} more tokens" if shown < len(ids) else None,
+    }
+
+
+# --- a pair as its messages (no tokenizer) ------------------------------------------------
+
+MESSAGE_COLUMNS = ("prompt_messages", "chosen_messages", "rejected_messages")
+
+
+def has_messages(pair: Mapping) -> bool:
+    """Whether the row carries its prompt and both completions as chat messages (JSON)."""
+    return all(pair.get(c) for c in MESSAGE_COLUMNS)
+
+
+def _message_spans(messages: list[dict], window: set[int] | None = None, start: int = 0) -> list[dict]:
+    """One entry per message: its role, text and class; `window`: the assistant turns in the loss."""
+    out, turn = [], -1
+    for i, m in enumerate(messages):
+        role = str(m.get("role"))
+        cls = ["msg", MESSAGE_CLASSES.get(role, UNKNOWN_ROLE)]
+        title = f"message {start + i}: {role}"
+        if role == "assistant":
+            turn += 1
+            title += f", assistant turn {turn}"
+            if window is not None:
+                trained = turn in window
+                cls += [IN_LOSS] if trained else []
+                title += f", loss={int(trained)}"
+        out.append(
+            {"cls": " ".join(cls), "i": start + i, "title": title, "role": role, "text": m.get("content", "")}
+        )
+    return out
+
+
+def _message_prefix(pair: Mapping, max_prefix_tokens: int) -> dict:
+    messages = json.loads(pair["prompt_messages"])
+    n = len(pair["prompt_ids"])
+    return {
+        "open": n <= max_prefix_tokens,
+        "summary": f"shared prefix: {len(messages)} messages, {n} tokens (identical for both sides; shown once)",
+        "head": _message_spans(messages),
+        "omitted": None,
+        "tail": [],
+    }
+
+
+def _message_side(pair: Mapping, side: str, window_n: int | None) -> dict:
+    roles, turns = list(pair[f"{side}_role"]), list(pair[f"{side}_turn"])
+    mask = loss_mask(roles, turns, pair["kind"], window_n).tolist()
+    window = set(window_turns(roles, turns, pair["kind"], window_n))
+    start = len(json.loads(pair["prompt_messages"]))
+    return {
+        "side": side,
+        "title": _side_title(pair, side, mask),
+        "source": pair.get(f"{side}_source"),
+        "prefix_len": len(pair["prompt_ids"]),
+        "toks": _message_spans(json.loads(pair[f"{side}_messages"]), window, start),
+        "omitted": None,
     }
 
 
@@ -175,17 +246,28 @@ def render_pair(
 ) -> str:
     """One pair as HTML: metadata, the shared prefix once, chosen | rejected side by side.
 
+    Tokens with `tokenizer`; without one, the row's messages as text where it has them, else token ids.
     `window_n`: the local window to highlight, as the trainer reads it (None = all turns;
     `TrainConfig.window_turns` of the recipe that trains these pairs).
     """
+    sides = ("chosen", "rejected")
+    if tokenizer is None and has_messages(pair):
+        view = {
+            "meta": _meta_rows(pair, window_n),
+            "legend": _legend_items(),
+            "ids": False,
+            "messages": True,
+            "prefix": _message_prefix(pair, max_prefix_tokens),
+            "sides": [_message_side(pair, side, window_n) for side in sides],
+        }
+        return _macros().pair(view, style)
     view = {
         "meta": _meta_rows(pair, window_n),
         "legend": _legend_items(),
         "ids": tokenizer is None,
+        "messages": False,
         "prefix": _prefix(pair, tokenizer, prompt_roles, max_prefix_tokens),
-        "sides": [
-            _side(pair, side, tokenizer, max_completion_tokens, window_n) for side in ("chosen", "rejected")
-        ],
+        "sides": [_side(pair, side, tokenizer, max_completion_tokens, window_n) for side in sides],
     }
     return _macros().pair(view, style)
 

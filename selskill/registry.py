@@ -90,6 +90,9 @@ class Benchmark:
     commands: Callable[[], Sequence[Any]] = lambda: ()
     bench_commands: Callable[[], Sequence[Any]] = lambda: ()
     wording: Wording = Wording()
+    # the hub license id of its tasks' data: an exported round's dataset card carries it (export-pairs --license
+    # overrides)
+    data_license: str = "unknown"
 
 
 _REGISTRY: dict[str, Benchmark] = {}

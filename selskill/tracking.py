@@ -10,9 +10,11 @@ Ray, while an offline run is a file written by one process; a run per stage is w
 whole by the process that sees the stage complete.
 
 The recipe's `report_to` decides for all of them (wandb in it: log; `none`: nothing), and
-`WANDB_MODE=disabled` turns wandb off as TRL's integration does. wandb is offline unless
-WANDB_MODE says otherwise (`wandb sync <dir>/wandb/offline-run-*` uploads later). wandb is
-an optional dependency: without it a line says so and the stages run on.
+`WANDB_MODE=disabled` turns wandb off as TRL's integration does. Where WANDB_MODE is not set,
+wandb is online when a key is set (WANDB_API_KEY, or the netrc entry `wandb login` writes) and
+offline otherwise, so a machine without an account never waits on a login prompt
+(`wandb sync <dir>/wandb/offline-run-*` uploads later). wandb is an optional dependency:
+without it a line says so and the stages run on.
 
 A stage's run is logged once per content: `<dir>/wandb/logged.json` records the key of what
 was logged (the stage's completion markers), so a rerun that skips every rank logs nothing
@@ -46,9 +48,31 @@ def wandb_wanted(report_to) -> bool:
     return os.environ.get("WANDB_MODE", "").lower() != "disabled"
 
 
-def offline_by_default() -> str:
-    """WANDB_MODE as the user set it, else `offline` (set for this process and those it starts)."""
-    return os.environ.setdefault("WANDB_MODE", "offline")
+def wandb_key_set() -> bool:
+    """Whether wandb has an API key here: WANDB_API_KEY, or a netrc entry for its host (WANDB_BASE_URL's,
+    api.wandb.ai by default), in the file wandb reads ($NETRC, else ~/.netrc or ~/_netrc)."""
+    if os.environ.get("WANDB_API_KEY"):
+        return True
+    import netrc
+    from urllib.parse import urlsplit
+
+    host = urlsplit(os.environ.get("WANDB_BASE_URL") or "https://api.wandb.ai").netloc
+    found = [Path(p).expanduser() for p in ("~/.netrc", "~/_netrc") if Path(p).expanduser().is_file()]
+    path = Path(os.environ["NETRC"]).expanduser() if os.environ.get("NETRC") else next(iter(found), None)
+    if not host or path is None:
+        return False
+    try:
+        return netrc.netrc(str(path)).authenticators(host) is not None
+    except (OSError, netrc.NetrcParseError):
+        return False
+
+
+def wandb_mode() -> str:
+    """WANDB_MODE as the user set it; else `online` where a key is set and `offline` where none is (set for
+    this process and those it starts, so that every process of a run logs the same way)."""
+    if not os.environ.get("WANDB_MODE"):
+        os.environ["WANDB_MODE"] = "online" if wandb_key_set() else "offline"
+    return os.environ["WANDB_MODE"]
 
 
 def import_wandb():
@@ -123,7 +147,7 @@ def log_run(
     wandb = import_wandb()
     if wandb is None:
         return False
-    mode = offline_by_default()
+    mode = wandb_mode()
     run_id = hashlib.sha256("\x1f".join((project, group, name, key)).encode()).hexdigest()[:16]
     try:
         (directory / "wandb").mkdir(parents=True, exist_ok=True)

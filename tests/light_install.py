@@ -1,5 +1,6 @@
-"""What a bare `pip install selskill` (no extras) must do: import selskill, load a round's pairs
-and write the experiment's report.
+"""What a bare `pip install selskill` (no extras) must do: import selskill, load a round's pairs,
+write the experiment's report and export the pairs for a DPO trainer (API and CLI); and what it
+cannot do say so in one line (`selskill bench retrieval`: the extra it needs).
 
     python tests/light_install.py write RUNS    # with the full install: a small run under RUNS
     python tests/light_install.py read RUNS --hide-optional   # the extras' packages hidden
@@ -14,8 +15,10 @@ venv that really lacks them: `make check-light-install` runs it in a fresh one.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.machinery
 import importlib.util
+import io
 import json
 import sys
 from pathlib import Path
@@ -69,13 +72,36 @@ def read(runs: Path) -> dict:
     pairs = selskill.load_pairs(run, 1)
     if cli(["report", "--exp", str(run)]) != 0:
         raise SystemExit(f"selskill report --exp {run} failed")
+    export = selskill.export_pairs(run, 1, runs / "export-api")
+    if cli(["export-pairs", "--exp", str(run), "--round", "1", "--out", str(runs / "export-cli")]) != 0:
+        raise SystemExit(f"selskill export-pairs --exp {run} --round 1 failed")
     loaded = sorted(m for m in OPTIONAL if m in sys.modules)
     if loaded:
-        raise SystemExit(f"reading pairs and writing the report imported {', '.join(loaded)}")
+        raise SystemExit(
+            f"reading pairs, writing the report and exporting the pairs imported {', '.join(loaded)}"
+        )
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        status = cli(["bench", "retrieval"])
+    said = err.getvalue().strip().splitlines()
+    if status != 2 or len(said) != 1 or "pip install" not in said[0]:
+        raise SystemExit(
+            f"selskill bench retrieval without its extras must exit 2 on one line naming the install; it exited "
+            f"{status} saying: {err.getvalue()}"
+        )
     return {
         "pairs": len(pairs),
         "columns": pairs.column_names,
         "report": [str(p) for p in (run / "report.md", run / "report.html") if p.is_file()],
+        "export": {
+            "rows": export.rows,
+            "files": [str(p) for p in (export.data_file, export.card) if p.is_file()],
+            "cli_files": sorted(
+                str(p.relative_to(runs)) for p in (runs / "export-cli").rglob("*") if p.is_file()
+            ),
+            "lengths": export.lengths.unit,
+        },
+        "bench_retrieval": {"status": status, "stderr": err.getvalue()},
     }
 
 

@@ -114,3 +114,86 @@ def test_a_bench_script_is_the_command(capsys):
     for entry in (script.main, lambda argv: main(["bench", "probe-pairs", *argv])):
         assert entry(["--models", "init"]) == 2
         assert capsys.readouterr().err == "error: --models takes NAME=PATH entries, got 'init'\n"
+
+
+def _commands(parser, path=()):
+    """(command words, its parser) of every command below `parser`."""
+    import argparse
+
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield (*path, name), sub
+                yield from _commands(sub, (*path, name))
+
+
+RECIPE_COMMANDS = [
+    ("init",),
+    ("round",),
+    ("eval",),
+    ("train",),
+    ("bench", "mini"),
+    ("bench", "label-agreement"),
+    ("bench", "probe-pairs"),
+]
+
+
+@pytest.mark.parametrize("words", RECIPE_COMMANDS, ids=" ".join)
+def test_a_recipe_command_s_help_lists_its_own_options_and_the_recipe_keys(words, capsys):
+    """The unknown-key error says "`--help` lists every key": it does, under the command's own options."""
+    with pytest.raises(SystemExit) as done:
+        main([*words, "--help"])
+    out = capsys.readouterr().out
+    assert done.value.code == 0
+    assert (
+        out.startswith(f"usage: selskill {' '.join(words)} [-h]")
+        and "[--config RECIPE] [--KEY VALUE ...]" in out
+    )
+    assert "recipe keys:" in out and "--train_window_n" in out and "--model_name_or_path" in out
+    # train reads only the run, policy and train sections; the others every section
+    assert ("--sample_k" in out) == (words != ("train",))
+    if words == ("eval",):
+        assert "--model MODEL" in out.split("recipe keys:")[0]
+
+
+def test_help_names_commands_pip_installs_not_repository_scripts():
+    from selskill.cli import build_parser
+
+    for words, parser in _commands(build_parser()):
+        assert "pipelines/" not in (parser.description or ""), words
+
+
+def test_every_option_takes_both_spellings(tmp_path, capsys):
+    from selskill.cli import build_parser
+
+    checked = 0
+    for words, parser in _commands(build_parser()):
+        names = {o for a in parser._actions for o in a.option_strings if o.startswith("--")}
+        for name in names:
+            for other in (name.replace("_", "-"), "--" + name[2:].replace("-", "_")):
+                assert other in names, f"selskill {' '.join(words)}: {name} but no {other}"
+            checked += "_" in name or "-" in name[2:]
+    assert checked > 20
+    # as run: the dashed and the underscored spelling of export-pairs' window
+    from fixtures_run import write_fixture_run
+
+    exp = write_fixture_run(tmp_path / "runs")
+    for i, option in enumerate(("--window-n", "--window_n")):
+        out = tmp_path / f"e{i}"
+        assert main(["export-pairs", "--exp", str(exp), "--round", "1", "--out", str(out), option, "2"]) == 0
+        assert "train_window_n): 2" in (out / "README.md").read_text()
+
+
+def test_without_trl_a_recipe_command_s_help_says_what_lists_the_keys():
+    code = (
+        "import sys; sys.path.insert(0, 'tests'); import light_install as li; li.hide(li.OPTIONAL)\n"
+        "from selskill.cli import main\n"
+        "main(['round', '--help'])\n"
+    )
+    root = __import__("pathlib").Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("usage: selskill round [-h]")
+    assert out.stdout.rstrip().endswith(
+        "recipe keys: listing them needs trl, which is not installed: pip install 'selskill[train]'"
+    )

@@ -128,6 +128,7 @@ def test_stock_trl_dpo_trainer_trains_on_an_export(tmp_path, tok):
 
     stage = StageDir.of(tmp_path / "runs", "x", 1, "label")
     _finish(stage, 0, _hand_made(tok))
+    tok.save_pretrained(tmp_path / "runs" / "x" / "round_0" / "train" / "model")
     out = selskill.export_pairs(tmp_path / "runs" / "x", 1, tmp_path / "export")
     ds = load_dataset("parquet", data_files=str(out.data_file), split="train", cache_dir=str(tmp_path / "hf"))
     args = DPOConfig(
@@ -140,7 +141,7 @@ def test_stock_trl_dpo_trainer_trains_on_an_export(tmp_path, tok):
         save_strategy="no",
         logging_steps=1,
         disable_tqdm=True,
-        max_length=None,
+        max_length=out.lengths.max_length,  # what the dataset card tells a TRL user to set
         seed=0,
     )
     # the micro tokenizer carries a minimal ChatML template (selskill.policy.bootstrap.CHAT_TEMPLATE)
@@ -155,3 +156,115 @@ def test_stock_trl_dpo_trainer_trains_on_an_export(tmp_path, tok):
     )
     result = trainer.train()
     assert trainer.state.global_step == 2 and result.training_loss > 0
+
+
+def _trl_lengths(trainer) -> list[tuple[int, int]]:
+    """(prompt tokens, prompt + longer completion tokens) of each pair trl.DPOTrainer kept, as it tokenized it."""
+    return [
+        (len(r["prompt_ids"]), len(r["prompt_ids"]) + max(len(r["chosen_ids"]), len(r["rejected_ids"])))
+        for r in trainer.train_dataset
+    ]
+
+
+def _stock_trainer(tmp_path, tok, ds, **config):
+    from trl import DPOConfig, DPOTrainer
+
+    args = DPOConfig(
+        output_dir=str(tmp_path / "out"), report_to="none", bf16=False, disable_tqdm=True, seed=0, **config
+    )
+    return DPOTrainer(
+        micro_model(tok), ref_model=micro_model(tok), args=args, train_dataset=ds, processing_class=tok
+    )
+
+
+def test_the_card_states_the_max_length_stock_trl_needs_and_it_keeps_every_pair(tmp_path, tok):
+    """TRL's default max_length drops a pair whose prompt fills it, silently: the card measures the pairs with
+    the round's tokenizer as TRL renders them and names the DPOConfig setting that keeps every pair whole."""
+    import re
+
+    from datasets import load_dataset
+    from trl import DPOConfig
+
+    from selskill.export import TRL_DEFAULT_MAX_LENGTH
+
+    assert DPOConfig.__dataclass_fields__["max_length"].default == TRL_DEFAULT_MAX_LENGTH
+    long_prompt = [("system", " ".join([SYSTEM[1]] * 60)), TASK]
+    stage = StageDir.of(tmp_path / "runs", "x", 1, "label")
+    _finish(stage, 0, [*_hand_made(tok), pair_row(tok, "long-0", "episode", long_prompt, GOOD, BAD)])
+    tok.save_pretrained(
+        tmp_path / "runs" / "x" / "round_0" / "train" / "model"
+    )  # the policy that sampled round 1
+    out = selskill.export_pairs(tmp_path / "runs" / "x", 1, tmp_path / "export")
+    card = out.card.read_text()
+    assert out.lengths.unit == "tokens" and "round_0/train/model" in card
+    need = int(re.search(r"DPOConfig\(max_length=(\d+)", card).group(1))
+    longest_prompt = int(re.search(r"the longest prompt is (\d+) tokens", card).group(1))
+    dropped, pairs = map(int, re.search(r"it drops (\d+) of these (\d+) pairs", card).groups())
+    assert pairs == out.rows == 3 and dropped == 1 and longest_prompt >= TRL_DEFAULT_MAX_LENGTH
+
+    ds = load_dataset("parquet", data_files=str(out.data_file), split="train", cache_dir=str(tmp_path / "hf"))
+    # TRL's defaults: the long-prompt pair is gone, as the card says
+    assert len(_stock_trainer(tmp_path, tok, ds).train_dataset) == pairs - dropped
+    # the card's setting: every pair kept, none cut, and the card's numbers are TRL's own token counts
+    kept = _trl_lengths(_stock_trainer(tmp_path, tok, ds, max_length=need))
+    assert len(kept) == pairs
+    assert max(s for _, s in kept) == need and max(p for p, _ in kept) == longest_prompt
+    assert sorted(p for p, _ in kept) == sorted(out.lengths.prompt)
+    assert f"| prompt | {min(out.lengths.prompt)} |" in card
+
+
+def test_without_a_tokenizer_the_card_gives_characters_and_says_so(tmp_path, tok):
+    stage = StageDir.of(tmp_path / "runs", "x", 1, "label")
+    _finish(stage, 0, _hand_made(tok))
+    out = selskill.export_pairs(tmp_path / "runs" / "x", 1, tmp_path / "export")
+    card = out.card.read_text()
+    assert out.lengths.unit == "characters" and "max (characters)" in card
+    assert "no tokenizer in" in card and "DPOConfig(max_length=None)" in card
+    import pyarrow.parquet as pq
+
+    rows = pq.read_table(out.data_file).to_pylist()
+    assert out.lengths.prompt == [sum(len(m["content"]) for m in r["prompt"]) for r in rows]
+    assert out.lengths.rejected == [sum(len(m["content"]) for m in r["rejected"]) for r in rows]
+
+
+def test_push_to_hub_uploads_the_card_with_the_data(tmp_path, tok, monkeypatch):
+    """One commit holds the data file and README.md, a DatasetCard whose metadata the hub reads."""
+    import fnmatch
+
+    import huggingface_hub
+    from huggingface_hub import DatasetCard
+
+    calls = []
+    monkeypatch.setattr(
+        huggingface_hub.HfApi, "create_repo", lambda self, *a, **k: calls.append(("create", a, k))
+    )
+    monkeypatch.setattr(
+        huggingface_hub.HfApi, "upload_folder", lambda self, **k: calls.append(("upload", (), k))
+    )
+    stage = StageDir.of(tmp_path / "runs", "x", 1, "label")
+    _finish(stage, 0, _hand_made(tok))
+    out = selskill.export_pairs(tmp_path / "runs" / "x", 1, tmp_path / "export", push_to_hub="me/pairs")
+    (create, args, kw), (upload, _, up) = calls
+    assert create == "create" and args == ("me/pairs",) and kw["repo_type"] == "dataset"
+    assert upload == "upload" and up["repo_id"] == "me/pairs" and up["repo_type"] == "dataset"
+    folder = tmp_path / "export"
+    assert up["folder_path"] == str(folder)
+    sent = sorted(
+        str(p.relative_to(folder))
+        for p in folder.rglob("*")
+        if p.is_file()
+        and any(fnmatch.fnmatch(str(p.relative_to(folder)), pat) for pat in up["allow_patterns"])
+    )
+    assert sent == ["README.md", "data/train-00000-of-00001.parquet"]
+    card = DatasetCard.load(out.card)
+    assert card.data.license == "mit"  # the default benchmark's data (ALFWorld)
+    assert card.data.task_categories == ["text-generation"] and "dpo" in card.data.tags
+    assert card.data.configs == [
+        {
+            "config_name": "default",
+            "data_files": [{"split": "train", "path": "data/train-00000-of-00001.parquet"}],
+        }
+    ]
+    assert "## Lengths" in card.text
+    licensed = selskill.export_pairs(tmp_path / "runs" / "x", 1, tmp_path / "e2", license="cc-by-4.0")
+    assert DatasetCard.load(licensed.card).data.license == "cc-by-4.0"

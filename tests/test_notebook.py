@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 from fixtures_run import write_fixture_run
+from markupsafe import escape
 
+import selskill
 from selskill.data.layout import StageDir
 from selskill.data.shards import write_shard
 
@@ -71,7 +73,13 @@ def test_inspect_pairs_notebook_executes(tmp_path, kind):
     assert "inspecting round 1" in text
     assert "selskill-table" in html  # yield table
     assert 'class="branch-point"' in html and "in-loss" in html  # a rendered pair
-    assert "tok r-prefix" not in html  # prefix roles found in the source rollout/fork shards
+    # the fixture run has no round-0 model: the pair is its messages as text, not token ids
+    assert "showing each message as text" in text
+    assert '<span class="tok ' not in html and " id=" not in html
+    shown = selskill.load_pairs(run, 1).filter(lambda p: not kind or p["kind"] == kind)[0]
+    for column in ("prompt_messages", "chosen_messages", "rejected_messages"):
+        for message in json.loads(shown[column]):
+            assert f'<span class="who">{message["role"]}</span>{escape(message["content"])}' in html
     if kind == "local":
         assert "4 of 7 pairs match kind=local" in text
         assert "⑂ branch" in html and "r-observation" in html

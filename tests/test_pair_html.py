@@ -272,3 +272,67 @@ def test_meta_mentions_kind_and_window(kind):
     assert ("all assistant turns" in html) == (kind == "episode")
     assert "first 1 assistant turns" in si.render_pair(make_pair(), window_n=1)
     assert ("branch</b>" in html) == (kind == "local")
+
+
+def _with_messages(pair: dict) -> dict:
+    """make_pair's sides as the chat messages a label-stage row carries (one assistant message per turn)."""
+    import json
+
+    chosen = [
+        {"role": "assistant", "content": "<action>heat</action>"},
+        {"role": "user", "content": "You heat it."},
+        {"role": "assistant", "content": '<tool_call>{"name": "heat_object"}'},
+        {"role": "tool", "content": "heated <b>"},
+        {"role": "assistant", "content": "<action>put</action>"},
+        {"role": "user", "content": "Done."},
+        {"role": "assistant", "content": "<action>look</action>"},
+    ]
+    rejected = [
+        {"role": "assistant", "content": '<tool_call>{"name": "heat_object"}'},
+        {"role": "assistant", "content": "<action>go to desk 1</action>"},
+    ]
+    prompt = [{"role": "system", "content": "protocol & skills"}, {"role": "user", "content": "heat an egg"}]
+    return pair | {
+        "prompt_messages": json.dumps(prompt),
+        "chosen_messages": json.dumps(chosen),
+        "rejected_messages": json.dumps(rejected),
+    }
+
+
+class _Messages(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.messages: list[dict] = []
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "span" and "msg" in (a.get("class") or "").split():
+            self.messages.append({"classes": set(a["class"].split()), "title": a["title"]})
+
+
+@pytest.mark.parametrize("window_n, trained", [(1, {"chosen": [0], "rejected": [0]}), (3, None)])
+def test_without_a_tokenizer_the_pair_is_its_messages_with_the_window_highlighted(window_n, trained):
+    """Token ids say nothing to a reader: a row that carries its messages is shown as them, as text, and the
+    assistant turns the trainer's window covers (its loss_mask, in turns) are the highlighted ones."""
+    pair = _with_messages(make_pair())
+    html = si.render_pair(pair, window_n=window_n)
+    assert 'class="tok ' not in html and " id=" not in html
+    assert "protocol &amp; skills" in html and "heated &lt;b&gt;" in html  # escaped
+    assert "shared prefix: 2 messages, 5 tokens" in html
+    p = _Messages()
+    p.feed(html)
+    assert len(p.messages) == 2 + 7 + 2
+    by_side = {"chosen": p.messages[2:9], "rejected": p.messages[9:]}
+    # chosen turns 0-3 are assistant messages 0, 2, 4, 6; the n=3 window holds turns 0-2 (MASK_N3)
+    expected = trained or {"chosen": [0, 1, 2], "rejected": [0, 1]}
+    for side, messages in by_side.items():
+        assistant = [m for m in messages if "r-assistant" in m["classes"]]
+        assert [i for i, m in enumerate(assistant) if si.IN_LOSS in m["classes"]] == expected[side]
+        assert all(si.IN_LOSS not in m["classes"] for m in messages if "r-assistant" not in m["classes"])
+    assert {m["title"].split(": ")[1].split(",")[0] for m in by_side["chosen"]} == {
+        "assistant",
+        "user",
+        "tool",
+    }
+    # with a tokenizer, or without messages in the row, tokens as before
+    assert 'class="tok ' in si.render_pair(make_pair(), window_n=window_n)

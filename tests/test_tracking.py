@@ -171,3 +171,38 @@ def test_without_wandb_installed_one_line_says_so_and_the_stages_run_on(exp, mon
     assert not log_stage(recipe.run, "sample", ["wandb"]) and not log_stage(recipe.run, "branch", ["wandb"])
     err = capsys.readouterr().err
     assert err.count("wandb is not installed: pip install 'selskill[wandb]'") == 1
+
+
+def test_wandb_is_online_where_a_key_is_set_and_offline_where_none_is(tmp_path, monkeypatch):
+    """A key (WANDB_API_KEY, or the netrc entry `wandb login` writes) means the user has an account: log online.
+    None: offline, never a login prompt. WANDB_MODE, when set, decides."""
+    from selskill.tracking import wandb_mode
+
+    home = tmp_path / "home"
+    home.mkdir()
+    for name in ("WANDB_API_KEY", "NETRC", "WANDB_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(home))
+
+    def mode(**env) -> str:
+        monkeypatch.delenv("WANDB_MODE", raising=False)
+        for name, value in env.items():
+            monkeypatch.setenv(name, value)
+        got = wandb_mode()
+        assert __import__("os").environ["WANDB_MODE"] == got  # the processes it starts agree
+        for name in env:
+            monkeypatch.delenv(name)
+        return got
+
+    assert mode() == "offline"
+    assert mode(WANDB_API_KEY="k" * 40) == "online"
+    assert mode(WANDB_API_KEY="k" * 40, WANDB_MODE="offline") == "offline"
+    (home / ".netrc").write_text("machine example.com login me password x\n")
+    assert mode() == "offline"  # an entry for another host is no wandb key
+    (home / ".netrc").write_text("machine api.wandb.ai\n  login user\n  password " + "k" * 40 + "\n")
+    assert mode() == "online"
+    assert mode(WANDB_MODE="disabled") == "disabled"
+    assert mode(WANDB_BASE_URL="https://wandb.example.com") == "offline"  # a server the key is not for
+    other = tmp_path / "netrc"
+    other.write_text("machine wandb.example.com login user password " + "k" * 40 + "\n")
+    assert mode(WANDB_BASE_URL="https://wandb.example.com", NETRC=str(other)) == "online"

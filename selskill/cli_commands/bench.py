@@ -136,7 +136,7 @@ COMMANDS = [
         description="Runs rounds 1 and 2 of the recipe, then the round-1 ablations (pair kinds, window n, "
         "branching strategies) as linked experiments runs/<exp>-<variant>/, and writes runs/<exp>/ablations.md "
         "and results.json. Every step is a resumable round: rerun the same command after an interruption. "
-        "Recipe keys (--config, --exp, ...) pass through; every key: python pipelines/round.py --help. "
+        "Recipe keys (--config, --exp, ...) pass through; --help lists them. "
         "Example: selskill bench mini --config recipes/mini.yaml",
         add_arguments=_mini_arguments,
         run=_mini,

@@ -58,7 +58,18 @@ def _export_pairs_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--recipe", help="the recipe file's name, for the dataset card (a run does not record it)")
     p.add_argument(
-        "--push-to-hub", metavar="REPO", help="also upload to this hub dataset repo (needs network)"
+        "--push-to-hub",
+        metavar="REPO",
+        help="also upload the data file and the dataset card to this hub dataset repo (needs network)",
+    )
+    p.add_argument(
+        "--tokenizer",
+        help="measure the card's token lengths with this tokenizer (folder or hub id; default: the round's own, "
+        "the model that sampled it; without one the card gives characters)",
+    )
+    p.add_argument(
+        "--license",
+        help="the card's license, a hub license id (default: the license of the benchmark's data)",
     )
 
 
@@ -72,9 +83,16 @@ def _export_pairs(args: argparse.Namespace) -> int:
         window_n=args.window_n,
         recipe=args.recipe,
         push_to_hub=args.push_to_hub,
+        tokenizer=args.tokenizer,
+        license=args.license,
     )
     pushed = f"; pushed to the hub as {args.push_to_hub}" if args.push_to_hub else ""
-    print(f"wrote {out.rows} pairs to {out.data_file} and the dataset card {out.card}{pushed}")
+    need = (
+        f"; trl.DPOTrainer needs max_length >= {out.lengths.max_length} to keep every pair whole (the card says how)"
+        if out.lengths.unit == "tokens"
+        else "; the card gives character lengths (no tokenizer: --tokenizer MODEL measures tokens)"
+    )
+    print(f"wrote {out.rows} pairs to {out.data_file} and the dataset card {out.card}{pushed}{need}")
     return 0
 
 

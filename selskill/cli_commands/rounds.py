@@ -11,10 +11,11 @@ import argparse
 from selskill.command import Command
 
 
-def _train_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "recipe_args", nargs=argparse.REMAINDER, help="--config RECIPE, --key value overrides, --help"
-    )
+def _train_parser(**kwargs) -> argparse.ArgumentParser:
+    """The recipe parser of the sections training reads (run, policy, train)."""
+    from selskill.train.run import make_parser
+
+    return make_parser(**kwargs)
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -79,8 +80,6 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 COMMANDS = [
-    # Everything after `train` is the recipe's command line (TrlParser owns it, --help included); the
-    # prefix char keeps argparse from reading --config & co. as options of this subparser.
     Command(
         "train",
         help="DPO on a round's pair shards (relaunches under the recipe's accelerate config)",
@@ -89,10 +88,9 @@ COMMANDS = [
         "selskill train --config recipes/dpo_8b.yaml --round 1; add --dry_run to print the effective batch size "
         "and steps without loading weights. With train_accelerate_config set it relaunches itself under "
         "`accelerate launch --config_file <that file>`.",
-        add_arguments=_train_arguments,
         run=_train,
-        log_level=False,
-        parser_options={"add_help": False, "prefix_chars": "+"},
+        takes_recipe=True,
+        recipe_parser=_train_parser,
     ),
     Command(
         "init",
@@ -103,7 +101,7 @@ COMMANDS = [
         "iterations: the expert relabels the policy's own episodes; --init_dagger_from DIR starts them from an "
         "init already built with the same settings); then play greedily on the recipe's "
         "held-out split and print SR, Exec. Prec., Skill/ep, ... (runs/<exp>/round_0/eval/metrics.json). "
-        "Every init_* key: python pipelines/round.py --help. "
+        "--help lists every init_* key. "
         "Example: selskill init --config recipes/tiny.yaml",
         run=_init,
         takes_recipe=True,

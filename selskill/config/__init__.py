@@ -102,9 +102,10 @@ class Recipe:
         return dataclasses.replace(self, run=self.run.replace(**changes))
 
 
-def make_parser(dataclass_types: Sequence[type] | None = None):
+def make_parser(dataclass_types: Sequence[type] | None = None, **kwargs):
     """The TrlParser over the recipe's sections (all by default); `--help` lists the keys by section
-    (each section's `_argument_group_name`).
+    (each section's `_argument_group_name`). `kwargs` are argparse's (`prog`: the command, as in
+    TRL's scripts' `make_parser(prog=)`).
 
     Abbreviated keys are refused: in one flat recipe a prefix may name a key of another
     section than the one a reader expects.
@@ -112,7 +113,7 @@ def make_parser(dataclass_types: Sequence[type] | None = None):
     from trl import TrlParser
 
     types = tuple(dataclass_types or recipe_dataclasses())
-    return _checked_types(_quiet_errors(TrlParser(types, allow_abbrev=False)), types)
+    return _checked_types(_quiet_errors(TrlParser(types, **{"allow_abbrev": False, **kwargs})), types)
 
 
 def parse_sections(argv: Sequence[str] | None = None, dataclass_types: Sequence[type] | None = None) -> tuple:

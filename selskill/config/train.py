@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from trl import DPOConfig, ModelConfig
 
 from selskill.config.checks import check_above, check_at_least
+from selskill.config.window import DEFAULT_WINDOW_N, WINDOW_ALL, parse_window_n
 from selskill.logs import CHOICES as LOG_LEVELS
 
 PAIR_KIND_CHOICES = ("episode", "local", "both")
@@ -51,35 +52,6 @@ def deepspeed_launch() -> bool:
     import os
 
     return os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true"
-
-
-WINDOW_ALL = "all"  # the one recipe spelling of "every assistant turn after the branch"
-
-
-def parse_window_n(value: object) -> int | None:
-    """`train_window_n` -> the window's one internal value: n >= 1 turns, or None for `all`.
-
-    One spelling per meaning, so that two recipes that mean the same window are spelled the
-    same (and a -1 or 0 left over from an older recipe is refused, not read as `all`).
-    """
-    text = str(value).strip().lower()
-    if text == WINDOW_ALL:
-        return None
-    if text in ("-1", "0", "none", "null", ""):
-        raise ValueError(
-            f"train_window_n: {value!r} is not a window; every assistant turn after the branch is spelled "
-            f"`train_window_n: {WINDOW_ALL}` (otherwise a positive number of assistant turns, e.g. 3)"
-        )
-    try:
-        n = int(text)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise ValueError(
-            f"train_window_n must be a positive number of assistant turns or '{WINDOW_ALL}'; got {value!r} "
-            f"(the paper uses 3; its ablation compares 1, 3 and all)"
-        )
-    return n
 
 
 @dataclass
@@ -138,7 +110,7 @@ class TrainConfig(DPOConfig, ModelConfig):
         },
     )
     train_window_n: str = field(
-        default="3",
+        default=DEFAULT_WINDOW_N,
         metadata={
             "help": "local pairs train the assistant tokens of the first n assistant turns after the branch: "
             "1, 3 (paper) or all (the one spelling of every turn; -1, 0 and null are refused). Episode pairs "

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 
+from selskill.errors import MissingPackage
 from selskill.executors.base import Executor, Step, raise_failures, recipe_argv, run_rank_from_argv
 
 logger = logging.getLogger(__name__)
@@ -21,7 +22,7 @@ def import_ray():
     try:
         import ray
     except ImportError:
-        raise ImportError(
+        raise MissingPackage(
             "the ray executor needs Ray, which is not installed: pip install ray==2.60.0 "
             "(or pip install -e '.[ray]'), or choose executor: local | slurm"
         ) from None

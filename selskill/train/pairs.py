@@ -53,6 +53,13 @@ def loss_mask(role: Sequence[int], turn: Sequence[int], kind: str, n: int | None
     return mask.astype(np.int8)
 
 
+def window_turns(role: Sequence[int], turn: Sequence[int], kind: str, n: int | None) -> list[int]:
+    """The completion's assistant turns that DPO trains (those holding a loss-window token): the window in
+    message terms, for readers of a pair's messages rather than its tokens."""
+    mask = loss_mask(role, turn, kind, n).astype(bool)
+    return sorted({int(t) for t in np.asarray(turn)[mask]})
+
+
 @dataclass(frozen=True)
 class FitPolicy:
     """How a pair is fitted into `max_length` tokens per sequence (prompt + completion)."""

@@ -28,11 +28,12 @@ def _sections() -> tuple[type, ...]:
     return (RunConfig, PolicyConfig, TrainConfig)
 
 
-def make_parser():
-    """The recipe parser over the sections training reads: `--help` lists their keys."""
+def make_parser(**kwargs):
+    """The recipe parser over the sections training reads (`selskill train --help` lists their keys);
+    `kwargs` are argparse's (`prog`, ...)."""
     from selskill.config import make_parser as recipe_parser
 
-    return recipe_parser(_sections())
+    return recipe_parser(_sections(), **kwargs)
 
 
 def parse(argv: Sequence[str] | None = None) -> tuple:

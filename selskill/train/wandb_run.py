@@ -16,14 +16,14 @@ WANDB_ID_FILE = "wandb_id"
 
 
 def setup_wandb(run, cfg, stage_path: Path, is_main: bool) -> None:
-    """wandb run with group=<exp>, job_type=train, like every stage's (`selskill.tracking`): offline unless
-    WANDB_MODE says otherwise; off when WANDB_MODE=disabled."""
-    from selskill.tracking import offline_by_default, wandb_wanted
+    """wandb run with group=<exp>, job_type=train, like every stage's (`selskill.tracking`): online where a key
+    is set, offline where none is, unless WANDB_MODE says otherwise; off when WANDB_MODE=disabled."""
+    from selskill.tracking import wandb_mode, wandb_wanted
 
     if not wandb_wanted(cfg.report_to):
         cfg.report_to = [r for r in cfg.report_to or [] if r != "wandb"]
         return
-    offline_by_default()
+    wandb_mode()
     os.environ.setdefault("WANDB_PROJECT", run.wandb_project)
     if not is_main:
         return

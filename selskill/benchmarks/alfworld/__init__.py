@@ -157,5 +157,6 @@ BENCHMARK = register(
         commands=_commands,
         bench_commands=_bench_commands,
         wording=Wording(tasks="games"),
+        data_license="mit",  # ALFWorld's and TextWorld's games
     )
 )

@@ -126,5 +126,6 @@ BENCHMARK = register(
             description="Benchmark: BFCL multi-turn (bfcl-eval's shipped data, backends and checker); SR is BFCL's "
             'checker, Exec. Prec. whether a skill call ran (docs/design.md, "Exec. Prec. on BFCL").',
         ),
+        data_license="apache-2.0",  # bfcl-eval's data (the Gorilla project)
     )
 )

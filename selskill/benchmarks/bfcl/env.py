@@ -68,6 +68,7 @@ from selskill.benchmarks.bfcl.config import CATEGORIES, DOC_STYLES, split_scenar
 from selskill.benchmarks.bfcl.execution import CallExecutor
 from selskill.envs.base import EnvError, EnvState, replay_commands
 from selskill.envs.calls import decode_step
+from selskill.errors import MissingPackage
 
 BFCL_VERSION = "2026.3.23"
 # the eight executable backends of the multi-turn categories; the memory and web-search
@@ -89,9 +90,10 @@ def _bfcl():
     """bfcl-eval's constants, imported on first use so that `import selskill` never needs it."""
     try:
         from bfcl_eval.constants import default_prompts, executable_backend_config
-    except ImportError as exc:  # pragma: no cover - the Makefile installs it
-        raise ImportError(
-            f"BFCL needs bfcl-eval=={BFCL_VERSION}: pip install --no-deps bfcl-eval=={BFCL_VERSION} mpmath"
+    except ImportError as exc:
+        raise MissingPackage(
+            f"BFCL needs bfcl-eval=={BFCL_VERSION}, which is not installed: pip install --no-deps "
+            f"bfcl-eval=={BFCL_VERSION} mpmath"
         ) from exc
     return default_prompts, executable_backend_config
 
