@@ -159,7 +159,8 @@ def within_budget(rows: Sequence[dict], budget: int, played_budget: int | None =
     it) cannot say what a larger budget would have done: such a `budget` is refused.
 
     Returns outcome records (`task_id`, `task_type`, `success`, `n_turns`, `turns`,
-    `termination`), not rollout rows: a cut episode's tokens and counters are not recomputed.
+    `termination`, and the counters `selskill.metrics.compute_metrics` reads, recounted from the
+    kept turns), not rollout rows: a cut episode's tokens are not recomputed.
     """
     if budget < 1:
         raise ValueError(f"budget must be at least 1 agent decision; got {budget}")
@@ -179,14 +180,23 @@ def within_budget(rows: Sequence[dict], budget: int, played_budget: int | None =
     for r in rows:
         n = int(r["n_turns"])
         cut = n > budget
+        turns = list(r.get("turns") or ())[:budget]
+        calls = [t for t in turns if t.get("kind") == "skill"]
         out.append(
             {
                 "task_id": r["task_id"],
                 "task_type": r["task_type"],
                 "success": bool(r["success"]) and not cut,
                 "n_turns": min(n, budget),
-                "turns": list(r.get("turns") or ())[:budget],
+                "turns": turns,
                 "termination": "step_limit" if cut else r.get("termination"),
+                "n_skill_calls": len(calls) if cut else r.get("n_skill_calls", len(calls)),
+                "n_precise_calls": sum(bool(t.get("exec_precise")) for t in calls)
+                if cut
+                else r.get("n_precise_calls", 0),
+                "n_malformed": sum(t.get("kind") == "malformed" for t in turns)
+                if cut
+                else r.get("n_malformed", 0),
             }
         )
     return out
@@ -208,3 +218,30 @@ def budget_curve(
         )
         for b in sorted(set(budgets))
     }
+
+
+def profile_by_budget(
+    with_skills: Sequence[dict],
+    without: Sequence[dict],
+    budgets: Iterable[int],
+    played_budget: int | None = None,
+    n_boot: int = 1000,
+    seed: int = 0,
+) -> dict[int, dict]:
+    """A policy's starting profile at each decision budget, from one pair of evals: its metrics with
+    the skills listed and without them (`compute_metrics`), and the headroom between the two.
+
+    The paper's round starts from a policy that wins without its skills and calls them too often;
+    this is the table that says whether an init has that profile, and at which budget.
+    """
+    from selskill.metrics import compute_metrics
+
+    out = {}
+    for b in sorted(set(budgets)):
+        w, o = within_budget(with_skills, b, played_budget), within_budget(without, b, played_budget)
+        out[b] = {
+            "with_skills": compute_metrics(w, n_boot, seed),
+            "without": compute_metrics(o, n_boot, seed),
+            "headroom": skill_headroom(w, o, n_boot=n_boot, seed=seed),
+        }
+    return out
