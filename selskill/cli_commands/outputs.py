@@ -36,6 +36,11 @@ def _export_pairs_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--recipe", help="the recipe file's name, for the dataset card (a run does not record it)")
     p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="write into an OUT that already holds files (the export's own replace theirs)",
+    )
+    p.add_argument(
         "--push-to-hub", metavar="REPO", help="also upload to this hub dataset repo (needs network)"
     )
 
@@ -50,6 +55,7 @@ def _export_pairs(args: argparse.Namespace) -> int:
         window_n=args.window_n,
         recipe=args.recipe,
         push_to_hub=args.push_to_hub,
+        overwrite=args.overwrite,
     )
     pushed = f"; pushed to the hub as {args.push_to_hub}" if args.push_to_hub else ""
     print(f"wrote {out.rows} pairs to {out.data_file} and the dataset card {out.card}{pushed}")
