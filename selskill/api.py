@@ -107,6 +107,20 @@ def load_eval(run_dir: str | Path, round: int):
     return load_stage(run_dir, round, "eval")
 
 
+def _check_export_folder(out_dir: Path, overwrite: bool) -> None:
+    """Refuse to write an export into a file, or into a folder that holds anything, unless `overwrite`."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise FileExistsError(f"export folder {out_dir} is a file: give a new or empty folder")
+    held = sorted(p.name for p in out_dir.iterdir()) if out_dir.is_dir() else []
+    if held and not overwrite:
+        names = ", ".join(held[:3]) + (f" and {len(held) - 3} more" if len(held) > 3 else "")
+        raise FileExistsError(
+            f"export folder {out_dir} is not empty (it holds {names}): pass --overwrite "
+            "(overwrite=True in Python) to write the export's data/ and README.md into it, "
+            "or give a new or empty folder"
+        )
+
+
 def export_pairs(
     run_dir: str | Path,
     round: int,
@@ -116,9 +130,13 @@ def export_pairs(
     push_to_hub: str | None = None,
     tokenizer: str | None = None,
     license: str | None = None,
+    overwrite: bool = False,
 ):
     """Round `round`'s pairs as TRL's conversational preference dataset in `out_dir` (Parquet + README.md
     card); returns `selskill.export.Export` (paths and row count). See `selskill.export` for the format.
+
+    `out_dir` must be new or empty unless `overwrite` (the export's files would replace a user's
+    own `README.md` or `data/` files there without a word).
 
     `window_n`: the local pairs' loss window the `*_window_turns` columns name ("recipe": what the
     round's train stage recorded, else the recipe default; or a number of turns, or "all").
@@ -130,6 +148,7 @@ def export_pairs(
     `license`: the card's license (a hub license id); by default the license of the benchmark's data.
     """
     _stage_dir(run_dir, round, "label")  # a missing run or stage: what to run
+    _check_export_folder(Path(out_dir), overwrite)
     from selskill.export import write_export
 
     return write_export(

@@ -2,11 +2,13 @@
 
 Three pieces of bfcl-eval decide what a model's text scores:
 
-- the decoder, `default_decode_execute_prompting` and the functions it calls
-  (bfcl_eval/model_handler/utils.py). That module cannot be imported here: it pulls provider
-  SDKs and tree-sitter parsers that the project installs without (`--no-deps`). So the
-  decoder's functions are compiled from the installed file's own source text, unchanged, and
-  run: they are bfcl-eval's code, not a copy.
+- the decoder, `default_decode_execute_prompting` (bfcl_eval/model_handler/utils.py), run in
+  its own real module, so its arithmetic `eval`s with every name that module defines. The
+  module imports parsers for other formats (tree-sitter) and a retry helper (tenacity) that
+  the project installs without (`--no-deps`) and the decoder never calls: those few absent
+  packages are stood in for while the module is imported, and only then. Its
+  `bfcl_eval.constants.eval_config` creates result folders when imported: they go to a
+  temporary BFCL_PROJECT_ROOT, not into the installed package.
 - the inference loop, `BaseHandler.inference_multi_turn_prompting` (model_handler/base_handler.py):
   per turn, decode each response; a failed or empty decode ends the turn; otherwise execute
   the calls and count a step; past MAXIMUM_STEP_LIMIT steps the turn is kept and the task
@@ -22,25 +24,23 @@ fixed, harmless inputs ever go through this module.
 
 from __future__ import annotations
 
-import ast
-import builtins
+import atexit
+import importlib
 import importlib.metadata
+import os
 import re
-from importlib import resources
+import shutil
+import sys
+import tempfile
+from unittest import mock
 
 from bfcl_eval.constants.default_prompts import MAXIMUM_STEP_LIMIT
-from bfcl_eval.constants.enums import ReturnFormat
 from bfcl_eval.eval_checker.multi_turn_eval import multi_turn_utils
 from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker import multi_turn_checker
 
-DECODER_FUNCTIONS = (
-    "ast_parse",
-    "resolve_ast_call",
-    "resolve_ast_by_type",
-    "default_decode_execute_prompting",
-    "parse_nested_value",
-    "decoded_output_to_execution_list",
-)
+DECODER_MODULE = "bfcl_eval.model_handler.utils"
+# imported by the decoder's module for other formats and retries, never called by the decoder
+ABSENT_SDKS = ("tree_sitter", "tree_sitter_java", "tree_sitter_javascript", "tenacity")
 INFERENCE_MODEL = "selskill"  # the env's instance names are BFCL's inference names for this model
 CHECKER_MODEL = "bfcl_reference"
 
@@ -49,18 +49,32 @@ def bfcl_version() -> str:
     return importlib.metadata.version("bfcl-eval")
 
 
-def load_decoder():
-    """bfcl-eval's `default_decode_execute_prompting`, compiled from its installed source."""
-    path = resources.files("bfcl_eval") / "model_handler" / "utils.py"
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    wanted = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name in DECODER_FUNCTIONS]
-    assert sorted(n.name for n in wanted) == sorted(DECODER_FUNCTIONS), "bfcl-eval's decoder moved"
-    namespace = {"ast": ast, "re": re, "builtins": builtins, "ReturnFormat": ReturnFormat}
-    exec(compile(ast.Module(body=wanted, type_ignores=[]), str(path), "exec"), namespace)  # noqa: S102
-    return namespace["default_decode_execute_prompting"]
+def load_decoder_module():
+    """bfcl-eval's real decoder module, imported with stand-ins for the SDKs the project lacks."""
+    if DECODER_MODULE in sys.modules:
+        return sys.modules[DECODER_MODULE]
+    stand_ins = {}
+    for name in ABSENT_SDKS:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            stand_ins[name] = sys.modules[name] = mock.MagicMock(name=name)
+    project_root = os.environ.get("BFCL_PROJECT_ROOT")
+    os.environ["BFCL_PROJECT_ROOT"] = root = tempfile.mkdtemp(prefix="bfcl-project-root-")
+    atexit.register(shutil.rmtree, root, ignore_errors=True)
+    try:
+        return importlib.import_module(DECODER_MODULE)
+    finally:
+        for name in stand_ins:
+            del sys.modules[name]
+        if project_root is None:
+            del os.environ["BFCL_PROJECT_ROOT"]
+        else:
+            os.environ["BFCL_PROJECT_ROOT"] = project_root
 
 
-DECODE = load_decoder()
+DECODER = load_decoder_module()
+DECODE = DECODER.default_decode_execute_prompting
 
 
 def _free(prefix: str) -> None:

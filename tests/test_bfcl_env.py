@@ -8,6 +8,7 @@ fixed sample of scenarios is played from each category.
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from importlib import resources
 
@@ -32,7 +33,7 @@ from selskill.benchmarks.bfcl.env import (  # noqa: E402
     split_tasks,
     task_function_docs,
 )
-from selskill.benchmarks.bfcl.execution import STAND_IN, unknown_function_text  # noqa: E402
+from selskill.benchmarks.bfcl.execution import unknown_function_text  # noqa: E402
 from selskill.envs.base import Env  # noqa: E402
 from selskill.envs.calls import Call, decode_step, parse_one_call  # noqa: E402
 from selskill.skills import SkillError, SkillExecutor, parse_skill  # noqa: E402
@@ -70,18 +71,27 @@ def test_package_ships_four_index_aligned_categories_of_200():
     assert (data / "multi_turn_func_doc" / "gorilla_file_system.json").is_file()
 
 
-def test_only_the_backends_and_the_checker_are_imported(env):
-    state = env.replay("multi_turn_base_0", ground_truth_commands(env.task("multi_turn_base_0")))
-    assert state.won
-    loaded = [m for m in sys.modules if m.startswith("bfcl_eval")]
-    assert not [m for m in loaded if m == "bfcl_eval.utils" or ".model_handler" in m]
+def test_only_the_backends_and_the_checker_are_imported():
+    """In a process of its own: the equivalence test's reference imports BFCL's decoder module here."""
+    script = (
+        "import sys\n"
+        "from selskill.benchmarks.bfcl.env import BfclEnv, ground_truth_commands\n"
+        "env = BfclEnv(['base'], scenarios=[0])\n"
+        "assert env.replay('multi_turn_base_0', ground_truth_commands(env.task('multi_turn_base_0'))).won\n"
+        "print('\\n'.join(m for m in sys.modules if m.startswith('bfcl_eval')))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    loaded = done.stdout.split()
+    assert "bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker" in loaded
+    assert not [m for m in loaded if m == "bfcl_eval.utils" or ".model_handler" in m or "eval_config" in m]
     assert not [m for m in loaded if m.rsplit(".", 1)[-1].startswith(("memory", "web_search"))]
 
 
 def test_env_implements_the_protocol(env):
-    assert isinstance(env, Env)
-    assert env.task_ids()[:2] == ["multi_turn_base_0", "multi_turn_base_1"] and len(env.task_ids()) == 800
     assert env.reset("multi_turn_base_0").env_steps == 0 and env.inventory() == []
+    assert isinstance(env, Env)  # (its `state` is readable only after a reset)
+    assert env.task_ids()[:2] == ["multi_turn_base_0", "multi_turn_base_1"] and len(env.task_ids()) == 800
 
 
 # --- ground truth through the env -------------------------------------------------------
@@ -138,36 +148,46 @@ def test_unknown_and_refused_calls_change_nothing(env):
     env.step(task.ground_truth[0][0])
     before = public_state(env.instances)
     calls, turn, steps = json.loads(json.dumps(env.calls)), env.turn, env.turn_steps
-    cases = {  # text -> (BFCL's execution string, output, what the checker gets)
-        "no_such_function(x=1)": ("no_such_function(x=1)", unknown_function_text("no_such_function"), None),
+    cases = {  # text -> (BFCL's execution string, output, whether the walk refused to run it)
+        "no_such_function(x=1)": ("no_such_function(x=1)", unknown_function_text("no_such_function"), False),
         # a class this task does not involve
-        "cd(folder='documents')": ("cd(folder='documents')", unknown_function_text("cd"), None),
+        "cd(folder='documents')": ("cd(folder='documents')", unknown_function_text("cd"), False),
         # BFCL's decoder keeps a bare name as a string, and drops positional arguments
-        "get_stock_info(symbol=AAPL)": ("get_stock_info(symbol='AAPL')", '{"price":', None),
+        "get_stock_info(symbol=AAPL)": ("get_stock_info(symbol='AAPL')", '{"price":', False),
         "get_stock_info('AAPL')": (
             "get_stock_info()",
             "Error during execution: TradingBot.get_stock_info() missing",
-            None,
+            False,
         ),
-        "os.system(command='ls')": ("os.system(command='ls')", unknown_function_text("os"), None),
+        "os.system(command='ls')": ("os.system(command='ls')", unknown_function_text("os"), False),
         # names BFCL's eval would find (its module's `json`, a builtin) are never run
-        "json.dumps(obj=1)": ("json.dumps(obj=1)", "Error during execution: not run here", STAND_IN),
+        "json.dumps(obj=1)": ("json.dumps(obj=1)", "Error during execution: not run here", True),
         "get_stock_info(symbol=open(file='x'))": (
             "get_stock_info(symbol=open(file='x'))",
             "Error during execution: not run here",
-            STAND_IN,
+            True,
+        ),
+        # BFCL never evals these either: its refused names, and text that does not compile
+        "exit()": ("exit()", "Error during execution: Function call exit is not allowed.", False),
+        "get_stock_info(**{'symbol': 'AAPL'})": (
+            "get_stock_info(None={'symbol': 'AAPL'})",
+            "Error during execution: cannot assign to None",
+            False,
         ),
     }
-    for command, (text, output, checker) in cases.items():
+    refused = {}
+    for command, (text, output, was_refused) in cases.items():
         state = env.step(command)
         (report,) = state.info[CALL_RESULTS]
         assert report["call"] == text and report["output"].startswith(output) and state.env_steps == 1, (
             command
         )
         assert state.observation == f"{report['call']} -> {report['output']}"
-        calls[0].append([checker or text])
+        if was_refused:
+            refused[(0, len(calls[0]), 0)] = report["output"]
+        calls[0].append([text])  # the checker gets every call as BFCL's decoder wrote it
     assert public_state(env.instances) == before
-    assert env.calls == calls and env.turn == turn
+    assert env.calls == calls and env.turn == turn and env.refused == refused
     assert env.turn_steps == steps + len(cases)
 
 
@@ -231,28 +251,37 @@ def test_a_forced_quit_on_the_last_turn_is_judged_by_the_checker(env):
     assert state.won and env.turn_steps == env.max_steps_per_turn + 1
 
 
-def test_withheld_functions_appear_at_their_turn(env):
+@pytest.mark.parametrize("withheld_callable", [True, False])
+def test_withheld_functions_appear_at_their_turn(withheld_callable):
+    env = BfclEnv(["miss_func"], scenarios=[0], withheld_callable=withheld_callable)
     task = env.task("multi_turn_miss_func_0")  # `sort` withheld until turn 3
     assert task.withheld == {3: ("sort",)}
     state = env.reset(task.id)
+    call = "sort(file_name='final_report.pdf')"
     for _ in range(3):
-        assert "sort" not in state.admissible_commands
-        state = env.step("sort(file_name='final_report.pdf')")
-        assert state.info[CALL_RESULTS][0]["output"] == unknown_function_text("sort")
+        assert "sort" not in state.admissible_commands  # shown only at its turn, whatever the rule
+        state = env.step(call)
+        output = state.info[CALL_RESULTS][0]["output"]
+        # BFCL's rule (the default) runs it; the strict option answers it as an unknown name
+        assert (output == unknown_function_text("sort")) != withheld_callable, output
         state = env.step("")
     assert "sort" in state.admissible_commands and state.admissible_commands[-1] == "sort"
     assert "I have updated some more functions you can choose from" in state.observation
     assert "- sort(file_name: str)" in state.observation
     assert state.task == task.turns[2]  # the reveal turn keeps the request it answers
-    assert env.calls == [[[STAND_IN]], [[STAND_IN]], [[STAND_IN]], []]
+    assert env.calls == [[[call]], [[call]], [[call]], []]  # the checker gets the call either way
+    assert env.refused == (
+        {} if withheld_callable else {(t, 0, 0): unknown_function_text("sort") for t in range(3)}
+    )
 
 
-def test_withheld_rule_strict_by_default_bfcl_rule_on_request():
+def test_withheld_rule_is_bfcl_by_default_strict_on_request():
     task_id = WITHHELD_TOO_EARLY
-    strict = BfclEnv(["miss_func"], scenarios=[49])
-    commands = ground_truth_commands(strict.task(task_id))
+    bfcl_rule = BfclEnv(["miss_func"], scenarios=[49])
+    commands = ground_truth_commands(bfcl_rule.task(task_id))
+    assert bfcl_rule.withheld_callable and bfcl_rule.replay(task_id, commands).won
+    strict = BfclEnv(["miss_func"], scenarios=[49], withheld_callable=False)
     assert not strict.replay(task_id, commands).won
-    assert BfclEnv(["miss_func"], scenarios=[49], withheld_callable=True).replay(task_id, commands).won
 
 
 # --- the scenario split -------------------------------------------------------------------

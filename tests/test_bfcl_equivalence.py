@@ -1,15 +1,18 @@
 """selskill scores BFCL exactly as BFCL's own pipeline does.
 
-The reference (tests/bfcl_reference.py) is bfcl-eval's decoder compiled from its installed
-source, its inference loop and scoring re-created statement for statement, and its own
-executor and checker. The same scripted model plays each task through the reference and
+The reference (tests/bfcl_reference.py) is bfcl-eval's decoder run in its own real module
+(every name that module defines is there for its arithmetic), its inference loop and scoring
+re-created statement for statement, and its own executor and checker. The same scripted model plays each task through the reference and
 through `BfclEnv`; the tests pin that both give the same verdict (valid and error type), that
 the env hands the checker exactly the execution strings BFCL's scoring decodes, and that
 every executed step shows BFCL's own outputs. Scripts: every ground truth as the data writes
 it (positional arguments included) and in keyword form, perturbed ground truths (a call
 dropped, changed, duplicated, reordered or replaced, turns packed or emptied, the step limit
-hit on the last turn and on the first) and steps BFCL decodes in unusual ways or not at all.
-Every input here is harmless: the reference `eval`s it.
+hit on the last turn and on the first), steps BFCL decodes in unusual ways or not at all
+(arithmetic over its module's names, ints near Python's digit limit), a miss_func function
+called before its turn (BFCL's rule is the env's default) and calls the env refuses to run
+(they reach the checker as BFCL's decoder wrote them). Every input here is harmless: the
+reference `eval`s it.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ pytest.importorskip("bfcl_eval")
 
 import bfcl_reference as bfcl  # noqa: E402
 
+from selskill.benchmarks.bfcl.decoding import NotEvaluated, decode, decoder_scope  # noqa: E402
 from selskill.benchmarks.bfcl.env import (  # noqa: E402
     BFCL_VERSION,
     CATEGORIES,
@@ -32,13 +36,11 @@ from selskill.benchmarks.bfcl.env import (  # noqa: E402
     keyword_ground_truth,
     load_tasks,
 )
-from selskill.benchmarks.bfcl.execution import STAND_IN  # noqa: E402
-from selskill.envs.calls import decode_step  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def env():
-    return BfclEnv(withheld_callable=True)  # BFCL's own rule for withheld functions
+    return BfclEnv()  # as shipped: BFCL's own rule for withheld functions is the default
 
 
 def _turns(commands: list[str]) -> list[list[str]]:
@@ -55,12 +57,16 @@ def _turns(commands: list[str]) -> list[list[str]]:
 def play(env: BfclEnv, task_id: str, script: list[list[str]]) -> dict:
     """The env driven by the scripted model: per turn, its responses until one ends the turn."""
     state = env.reset(task_id)
-    outputs = []
+    outputs, refused, step = [], [], 0
     for turn_idx in range(len(env.task(task_id).turns)):
         for text in [*script[turn_idx], ""] if turn_idx < len(script) else [""]:
             state = env.step(text)
             if state.info["call_results"]:
                 outputs.append([r["output"] for r in state.info["call_results"]])
+                refused += [
+                    (step, i) for t, s, i in env.refused if (t, s) == (turn_idx, len(env.calls[t]) - 1)
+                ]
+                step += 1
             if state.done or env.turn != turn_idx:
                 break
         if state.done:
@@ -71,6 +77,7 @@ def play(env: BfclEnv, task_id: str, script: list[list[str]]) -> dict:
         "error_type": verdict["error_type"],
         "calls": env.calls,
         "outputs": outputs,
+        "refused": refused,  # (executed step, call) of the calls the env did not run
     }
 
 
@@ -83,15 +90,18 @@ def reference(env: BfclEnv, task_id: str, script: list[list[str]]) -> dict:
     return {**verdict, "calls": calls, "outputs": outputs}
 
 
-def assert_same(env: BfclEnv, task_id: str, script: list[list[str]]) -> dict:
+def assert_same(env: BfclEnv, task_id: str, script: list[list[str]], refusals: int = 0) -> dict:
+    """Same verdict, same calls handed to the checker, same outputs; `refusals` calls the env refused
+    to run (BFCL `eval`ed them) are the only outputs allowed to differ."""
     ours, theirs = play(env, task_id, script), reference(env, task_id, script)
     assert (ours["valid"], ours["error_type"]) == (theirs["valid"], theirs["error_type"]), (task_id, script)
     if len(ours["calls"]) == len(theirs["calls"]):  # a forced quit before the last turn leaves fewer
-        # a call the env refuses to run (`exit()`) reaches the checker as the stand-in
-        theirs_seen = [[[c if o != STAND_IN else o for c, o in zip(s, os_, strict=True)]
-                        for s, os_ in zip(t, ot, strict=True)] for t, ot in zip(theirs["calls"], ours["calls"], strict=True)]  # fmt: skip
-        assert ours["calls"] == theirs_seen, (task_id, script)
-    assert ours["outputs"] == theirs["outputs"], (task_id, script)
+        assert ours["calls"] == theirs["calls"], (task_id, script)
+    assert len(ours["refused"]) == refusals, (task_id, script, ours["refused"])
+    theirs_outputs = copy.deepcopy(theirs["outputs"])
+    for step, i in ours["refused"]:
+        theirs_outputs[step][i] = ours["outputs"][step][i]
+    assert ours["outputs"] == theirs_outputs, (task_id, script)
     return ours
 
 
@@ -253,6 +263,21 @@ ODD_STEPS = [
     "nonexistent_fn()()",
     "kill(pid=1)",
     "exit()",
+    "ls(**{'a': True})",
+    # arithmetic over names BFCL's decoder module defines, and over names it does not
+    "ls(a=MAXIMUM_STEP_LIMIT - 20 + 1)",
+    "nonexistent_fn(x=VERSION_PREFIX + '_x', y=MULTI_TURN_CATEGORY + ['z'], z=-H100_X8_PRICE_PER_HOUR * 2)",
+    "nonexistent_fn(x=json + 1)",
+    "nonexistent_fn(x=value + 1)",
+    "nonexistent_fn(x=MAXIMUM_STEP_LIMIT + undefined_name)",
+    # ints near Python's 4,300-digit limit: exact where BFCL computes, failing where its repr fails
+    "ls(a=7 ** 5000 - 7 ** 5000 + 1)",
+    "nonexistent_fn(lines=7 ** 5000)",
+    "nonexistent_fn(x=10 ** 4300 - 1, y=-(10 ** 4300) + 1)",
+    "nonexistent_fn(x=10 ** 4300)",
+    "nonexistent_fn(x=(1 << 14283) * 2 - 1)",
+    "nonexistent_fn(x=" + "0x" + "f" * 3600 + " - 1)",
+    "nonexistent_fn(" + "0x" + "f" * 3600 + ", x=1)",
 ]
 
 
@@ -270,15 +295,51 @@ def test_odd_steps_decode_to_bfcl_execution_strings():
             theirs = bfcl.DECODE(step, has_tool_call_tag=False)
         except Exception:
             theirs = None
-        decoded = decode_step(step)
+        decoded = decode(step)
         ours = [c.text for c in decoded.calls] if decoded.calls or not decoded.error else None
         assert ours == theirs, step
 
 
-def test_a_withheld_function_under_the_strict_rule_reaches_the_checker_as_a_stand_in():
-    strict = BfclEnv(["miss_func"], scenarios=[0])
-    task = strict.task("multi_turn_miss_func_0")  # `sort` withheld until turn 3
-    strict.reset(task.id)
-    state = strict.step("sort(file_name='final_report.pdf')")
-    assert state.info["call_results"][0]["output"] == "Error during execution: name 'sort' is not defined"
-    assert strict.calls == [[[STAND_IN]]]
+def test_the_decoder_scope_is_the_names_of_bfcl_decoder_module():
+    """Every name the real module holds is defined in ours, and every value ours evaluates is its value;
+    the names ours leaves unevaluated though their value is plain data are exactly these."""
+    scope, real = decoder_scope(), vars(bfcl.DECODER)
+    assert set(real) <= set(scope) and set(scope) - set(real) == {"value"}  # `value`: the eval's local
+    evaluated = {k: v for k, v in scope.items() if not isinstance(v, NotEvaluated)}
+    assert evaluated and all(real[k] == v for k, v in evaluated.items())
+    assert evaluated["MAXIMUM_STEP_LIMIT"] == bfcl.MAXIMUM_STEP_LIMIT
+    plain = (bool, int, float, str, list, dict, type(None))
+    unevaluated = {k for k, v in real.items() if isinstance(v, plain) and k not in evaluated}
+    # from typing; an f-string of eval_config (never imported: it creates folders); dunders
+    assert unevaluated == {"TYPE_CHECKING", "RESULT_FILE_PATTERN", "__name__", "__doc__", "__package__",
+                           "__file__", "__cached__", "__builtins__"}  # fmt: skip
+
+
+def test_a_function_withheld_until_later_is_callable_by_default_as_in_bfcl(env):
+    """miss_func_124 withholds cancel_order until turn 1; BFCL's rule runs it at turn 0."""
+    task = env.task("multi_turn_miss_func_124")
+    assert "cancel_order" in [n for names in task.withheld.values() for n in names]
+    truth = [list(t) for t in keyword_ground_truth(task)]
+    script = [["cancel_order(order_id=12446)", *truth[0], ""], *[[*t, ""] for t in truth[1:]]]
+    ours = assert_same(env, task.id, script)
+    assert "not defined" not in ours["outputs"][0][0]
+    strict = play(BfclEnv(["miss_func"], scenarios=[124], withheld_callable=False), task.id, script)
+    assert strict["outputs"][0][0] == "Error during execution: name 'cancel_order' is not defined"
+    assert strict["calls"][0][0] == ["cancel_order(order_id=12446)"]  # the checker gets it, not run
+    assert strict["refused"] == [(0, 0)]
+
+
+REFUSED_STEPS = [
+    "ls(a=len(obj='x'))",  # a builtin BFCL's eval would call (it raises: no keyword arguments)
+    "[pwd(), ls(a=str(object=1)), pwd()]",  # a builtin that would run, between two calls that do
+    "nonexistent_fn(x={\"pwd() or g\": {'b': 1}})",  # a key BFCL writes into its execution string
+]
+
+
+@pytest.mark.parametrize("step", REFUSED_STEPS)
+def test_refused_calls_reach_the_checker_as_bfcl_decoded_them(env, step):
+    """The env does not run them; the checker still gets every call as BFCL's decoder wrote it, and
+    the verdict is BFCL's."""
+    for task_id in ("multi_turn_base_0", "multi_turn_base_110"):
+        truth = [list(t) for t in keyword_ground_truth(env.task(task_id))]
+        assert_same(env, task_id, [[step, *truth[0], ""], *[[*t, ""] for t in truth[1:]]], refusals=1)

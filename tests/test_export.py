@@ -107,6 +107,27 @@ def test_the_cli_exports_and_names_a_missing_stage(tmp_path, capsys):
     assert "no label stage" in capsys.readouterr().err
 
 
+def test_an_export_refuses_a_folder_that_holds_files_unless_overwrite(tmp_path, capsys):
+    exp = write_fixture_run(tmp_path / "runs")
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "README.md").write_text("my notes\n")
+    argv = ["export-pairs", "--exp", str(exp), "--round", "1", "--out", str(out)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"export folder {out} is not empty (it holds README.md)" in err
+    assert "--overwrite" in err and (out / "README.md").read_text() == "my notes\n"
+    assert not (out / "data").exists()
+    with pytest.raises(FileExistsError, match="overwrite=True"):
+        selskill.export_pairs(exp, 1, out)
+    assert (out / "README.md").read_text() == "my notes\n"
+    assert main([*argv, "--overwrite"]) == 0 and "my notes" not in (out / "README.md").read_text()
+    again = selskill.export_pairs(exp, 1, out, overwrite=True)
+    assert again.data_file.is_file() and again.rows > 0
+    (tmp_path / "empty").mkdir()
+    assert selskill.export_pairs(exp, 1, tmp_path / "empty").rows == again.rows  # an empty folder is fine
+
+
 def test_datasets_loads_a_stage_folder_with_an_empty_rank(tmp_path, tok):
     from datasets import load_dataset
 

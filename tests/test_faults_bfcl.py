@@ -4,7 +4,8 @@ A model's step is text the env decodes (selskill/envs/calls.py) and executes
 (selskill/benchmarks/bfcl/execution.py). Text over a bound (characters, nesting, calls, int
 digits) is refused before it is parsed, or right after, with the reason in the observation;
 text that would make BFCL's `eval` run anything but a backend method runs nothing, and the
-checker gets a stand-in in its place. Nothing here goes near BFCL's own `eval`. Time and
+checker, which gets it as BFCL's decoder wrote it, answers it with the env's output instead of
+running it. Nothing here goes near BFCL's own `eval`. Time and
 memory are measured inside the tests with generous bounds (a shared CPU).
 """
 
@@ -19,9 +20,17 @@ import pytest
 
 pytest.importorskip("bfcl_eval")
 
+from selskill.benchmarks.bfcl.decoding import decode  # noqa: E402
 from selskill.benchmarks.bfcl.env import BfclEnv  # noqa: E402
-from selskill.benchmarks.bfcl.execution import STAND_IN  # noqa: E402
-from selskill.envs.calls import MAX_CALLS_PER_STEP, MAX_NESTING, MAX_STEP_CHARS, decode_step  # noqa: E402
+from selskill.envs.calls import (  # noqa: E402
+    MAX_CALLS_PER_STEP,
+    MAX_INT_WORK_BITS,
+    MAX_INT_WORK_DIGITS,
+    MAX_NAME_CHARS,
+    MAX_NESTING,
+    MAX_STEP_CHARS,
+    decode_step,
+)
 
 TASK = "multi_turn_base_0"  # GorillaFileSystem + TwitterAPI
 
@@ -51,6 +60,17 @@ def _bounded_step(env: BfclEnv, text: str, seconds: float = 1.0, megabytes: floa
     return again
 
 
+def _within_the_characters(arguments) -> str:
+    """`f(...)` with as many of `arguments` as the character bound holds."""
+    kept, size = [], 4
+    for argument in arguments:
+        if size + len(argument) + 2 > MAX_STEP_CHARS:
+            break
+        kept.append(argument)
+        size += len(argument) + 2
+    return f"f({', '.join(kept)})"
+
+
 OVER_BOUNDS = {
     "10 MB of calls": "g(), " * 2_000_000,
     "100k-digit int": "f(x=" + "7" * 100_000 + ")",
@@ -63,6 +83,13 @@ OVER_BOUNDS = {
     "arithmetic past the int bound": "f(x=10**10**10)",
     "a repeated sequence": "f(x='a'*10**9)",
     "a bare attribute chain": "a.__class__.__mro__",
+    "ints near the digit bound, over and over": _within_the_characters(
+        f"x{i}=7**9000//3**9000" for i in range(5000)
+    ),
+    "an int past twice the digit bound": "f(x=(7**5000)**3)",
+    "BFCL's named lists, over and over": _within_the_characters(
+        f"x{i}=ALL_CATEGORIES+ALL_CATEGORIES" for i in range(5000)
+    ),
 }
 
 
@@ -86,6 +113,21 @@ def test_the_bounds_say_which_bound(env):
         in decode_step(OVER_BOUNDS["nesting just over the bound"]).error
     )
     assert decode_step("f(x=" + "[" * (MAX_NESTING - 4) + "]" * (MAX_NESTING - 4) + ")").calls
+    assert (
+        f"over {MAX_INT_WORK_BITS:,} bits"
+        in decode(OVER_BOUNDS["ints near the digit bound, over and over"]).error
+    )
+    assert (
+        f"more than {MAX_INT_WORK_DIGITS} digits"
+        in decode(OVER_BOUNDS["an int past twice the digit bound"]).error
+    )
+    assert (
+        f"over {MAX_NAME_CHARS:,} characters"
+        in decode(OVER_BOUNDS["BFCL's named lists, over and over"]).error
+    )
+    # under the bounds, ints are exact: 4,300 digits decode, 4,301 fail as BFCL's repr fails
+    assert decode("f(x=10**4300 - 1)").calls and not decode("f(x=10**4300)").refused
+    assert "4300 digits" in decode("f(x=10**4300)").error
 
 
 def test_the_largest_step_within_the_bound_is_answered_in_bounded_time(env):
@@ -137,7 +179,12 @@ def test_hostile_calls_never_run(env, tmp_path, monkeypatch):
         state = _bounded_step(env, text)
         for result in state.info["call_results"]:  # a call runs only as a string argument of ls
             assert result["error"] or result["call"].startswith("ls(a='"), text
-        checked = [call for step in env.calls[0] for call in step]
-        assert all(call == STAND_IN or call.startswith(("ls(a='", "system(")) for call in checked), text
+        runs = [
+            (call, (0, s, i) in env.refused)
+            for s, step in enumerate(env.calls[0])
+            for i, call in enumerate(step)
+        ]
+        # what the checker would run: only calls the walk accepted, which run a backend method at most
+        assert all(refused or call.startswith(("ls(a='", "system(", "exit(")) for call, refused in runs), text
         assert env.replay(TASK, [text, *ends]).done  # through the checker, which gets the same calls
     assert not opened and not systems and not list(tmp_path.iterdir())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 from pathlib import Path
 
@@ -426,11 +427,9 @@ def test_import_stays_inside_the_source_and_skips_oversized_files(tmp_path, caps
     (src / "alias" / "SKILL.md").symlink_to(src / "real" / "SKILL.md")
     (src / "loop").symlink_to(src, target_is_directory=True)  # inside, and a cycle: walked once
     _write(src / "huge" / "SKILL.md", skill.format("huge", "huge") + "x" * 5000)
-    read = []
-    original = Path.read_text
-    monkeypatch.setattr(
-        Path, "read_text", lambda self, *a, **k: read.append(self.name) or original(self, *a, **k)
-    )
+    read = []  # the size of each file a read was asked of
+    original = os.read
+    monkeypatch.setattr(os, "read", lambda fd, n: read.append(os.fstat(fd).st_size) or original(fd, n))
 
     report = import_skill_folder(src, max_file_bytes=1000)
     assert sorted(s.description for s in report.skills) == ["Do real.", "Do real."]  # alias and real
@@ -438,7 +437,7 @@ def test_import_stays_inside_the_source_and_skips_oversized_files(tmp_path, caps
     assert skipped[str(src / "leak" / "SKILL.md")].startswith("outside_source: ")
     assert skipped[str(src / "leak_dir")].startswith("outside_source: ")
     assert skipped[str(src / "huge" / "SKILL.md")].startswith("too_large: ")
-    assert read.count("SKILL.md") == 2 and "secret" not in str(report.sources)
+    assert read and max(read) < 1000 and "secret" not in str(report.sources)
 
     assert main(["import-skills", str(src), "--out", str(tmp_path / "o"), "--max-file-bytes", "1000"]) == 0
     out = capsys.readouterr()
@@ -552,3 +551,43 @@ def test_bench_retrieval_parser():
     assert args.envs == ["bfcl"] and args.scorers == ["bm25"] and args.func is bench._retrieval
     # every flag reaches the run's settings, and the flags' defaults are the settings' defaults
     assert RetrievalBench.from_args(args) == RetrievalBench(envs=("bfcl",), scorers=("bm25",), sizes="own")
+
+
+def test_import_skips_link_loops_and_special_files_counting_each_reason(tmp_path, capsys):
+    """`ln -s SKILL.md s/SKILL.md`, a loop of two folder links, a dangling link and a FIFO named SKILL.md
+    are each skipped with their reason and counted; the rest is imported; a YAML alias bomb is refused."""
+    from selskill.cli import main
+
+    src = tmp_path / "src"
+    _write(src / "ok" / "SKILL.md", "---\nname: ok\ndescription: Fine.\n---\nHow.\n")
+    (src / "s").mkdir()
+    (src / "s" / "SKILL.md").symlink_to("SKILL.md")
+    (src / "x").symlink_to("y")
+    (src / "y").symlink_to("x")
+    (src / "gone").mkdir()
+    (src / "gone" / "SKILL.md").symlink_to(tmp_path / "nowhere")
+    (src / "f").mkdir()
+    os.mkfifo(src / "f" / "SKILL.md")
+    bomb = ['a0: &a0 "lol"'] + [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 10)]
+    _write(src / "bomb" / "SKILL.md", "---\n" + "\n".join(bomb) + "\nname: x\ndescription: *a9\n---\nb\n")
+
+    report = import_skill_folder(src)
+    assert [s.name for s in report.skills] == ["ok"]
+    reasons = {Path(p).relative_to(src).as_posix(): r.split(":")[0] for p, r in report.skipped}
+    assert reasons == {
+        "s/SKILL.md": "link_loop",
+        "x": "link_loop",
+        "y": "link_loop",
+        "gone/SKILL.md": "broken_link",
+        "f/SKILL.md": "not_a_file",
+        "bomb/SKILL.md": "front_matter",
+    }
+    assert "YAML aliases" in dict(report.skipped)[str(src / "bomb" / "SKILL.md")]
+
+    assert main(["import-skills", str(src), "--out", str(tmp_path / "o")]) == 0
+    out = capsys.readouterr()
+    assert (
+        "imported 1 skills, skipped 6 (broken_link=1, front_matter=1, link_loop=3, not_a_file=1)" in out.out
+    )
+    assert f"skipped {src / 'f' / 'SKILL.md'}: not_a_file: a FIFO" in out.err
+    assert list(load_skills(tmp_path / "o")) == ["ok"]

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import os
 import re
+import signal
+import time
 from pathlib import Path
 
 import pytest
 
 from selskill.benchmarks.alfworld import load_alfworld_skills
 from selskill.skills import FindStep, SkillError, SkillLibrary, load_skills, render_listing
+from selskill.skills.loader import MAX_FILE_BYTES
 
 EXECUTABLE = """\
 ---
@@ -230,3 +235,65 @@ def test_compact_listing_shows_parameter_names(tmp_path):
     assert "SECRET-BODY-LINE" not in render_listing(load_skills(tmp_path), style="full")
     with pytest.raises(ValueError, match="unknown listing style"):
         render_listing(load_skills(tmp_path), style="verbose")
+
+
+# --- hostile files: bounded as import-skills bounds them ----------------------------------------
+
+
+def _alias_bomb(levels: int) -> str:
+    """Front matter whose `name` expands to 10**levels strings through nested aliases (a "billion laughs")."""
+    levels_ = ['&a0 "lol"'] + [f"&a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, levels + 1)]
+    return f"---\nname: [{', '.join(levels_)}]\ndescription: d\nkind: memory\n---\nbody\n"
+
+
+@contextlib.contextmanager
+def _deadline(seconds: int):
+    """Fail (instead of hanging the suite) when the block runs past `seconds`."""
+
+    def expired(*_):
+        raise TimeoutError(f"still running after {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def test_a_yaml_alias_bomb_is_refused_in_a_short_error(tmp_path):
+    path = write(tmp_path, "tips", _alias_bomb(7))  # 10 million strings once expanded
+    started = time.monotonic()
+    with _deadline(20), pytest.raises(SkillError) as info:
+        load_skills(tmp_path)
+    message = str(info.value)
+    assert time.monotonic() - started < 2
+    assert message.startswith(f"{path}: ") and "YAML aliases" in message and len(message) < 400
+    # aliases that expand a little stay allowed
+    small = MEMORY.replace("kind: memory", "kind: &k memory\nx: [*k, *k]")
+    write(tmp_path, "tips", small)
+    with pytest.raises(SkillError, match="'x': unknown field"):  # read, then judged on its fields
+        load_skills(tmp_path)
+
+
+def test_hostile_files_are_refused_naming_the_file_and_the_reason(tmp_path):
+    """A link loop, a FIFO and an oversized file named SKILL.md: a one-line SkillError each, never a hang."""
+    loop = tmp_path / "loop" / "loop"
+    loop.parent.mkdir(parents=True)
+    (loop.parent / "SKILL.md").symlink_to("SKILL.md")
+    fifo = tmp_path / "fifo" / "fifo" / "SKILL.md"
+    fifo.parent.mkdir(parents=True)
+    os.mkfifo(fifo)
+    big = write(tmp_path / "big", "tips", MEMORY + "x" * MAX_FILE_BYTES)
+    cases = {
+        tmp_path / "loop": ("link_loop", loop.parent / "SKILL.md"),
+        tmp_path / "fifo": ("not_a_file", fifo),
+        tmp_path / "big": ("too_large", big),
+    }
+    for root, (reason, path) in cases.items():
+        with _deadline(10), pytest.raises(SkillError) as info:
+            load_skills(root)
+        assert str(info.value).startswith(f"{path}: {reason}: "), str(info.value)
+        assert "\n" not in str(info.value)
+    assert list(load_skills(tmp_path / "big", max_file_bytes=None)) == ["tips"]

@@ -58,6 +58,11 @@ def _export_pairs_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--recipe", help="the recipe file's name, for the dataset card (a run does not record it)")
     p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="write into an OUT that already holds files (the export's own replace theirs)",
+    )
+    p.add_argument(
         "--push-to-hub",
         metavar="REPO",
         help="also upload the data file and the dataset card to this hub dataset repo (needs network)",
@@ -85,6 +90,7 @@ def _export_pairs(args: argparse.Namespace) -> int:
         push_to_hub=args.push_to_hub,
         tokenizer=args.tokenizer,
         license=args.license,
+        overwrite=args.overwrite,
     )
     pushed = f"; pushed to the hub as {args.push_to_hub}" if args.push_to_hub else ""
     need = (

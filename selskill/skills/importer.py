@@ -15,8 +15,11 @@ their directory, only its own fields, a `kind`), so imported skills are rewritte
   carried over (the report counts those files).
 
 The walk stays inside `source`: a link (file or folder) that resolves outside it is skipped
-with its reason, since a downloaded collection could otherwise read any file the user can;
-a SKILL.md larger than `max_file_bytes` is skipped on its size, before it is read.
+with its reason, since a downloaded collection could otherwise read any file the user can.
+Files are read by the loader's bounded reader (`selskill.skills.loader`, which `load_skills`
+uses too): a link loop, a link to nothing, a SKILL.md that is not a regular file (a FIFO), one
+larger than `max_file_bytes` (judged before it is read) and front matter whose YAML aliases
+expand it too far are each skipped with their reason and counted; the rest is imported.
 
 Each result is rendered back to SKILL.md text and parsed with `parse_skill`, so what is
 written is exactly what `load_skills` accepts. A file without front matter, description or
@@ -31,11 +34,20 @@ from pathlib import Path
 
 import yaml
 
-from selskill.skills.loader import NAME_RE, SKILL_FILE, parse_skill, split_front_matter
+from selskill.skills.loader import (
+    MAX_FILE_BYTES,
+    NAME_RE,
+    SKILL_FILE,
+    SkillFileSkipped,
+    parse_skill,
+    read_skill_file,
+    shown,
+    split_front_matter,
+    walk_files,
+)
 from selskill.skills.model import Skill, SkillError, SkillLibrary
 
 TRUNCATION_NOTE = "\n\n[... truncated on import]"
-MAX_FILE_BYTES = 1_000_000  # a SKILL.md is a page of text; far larger is not one
 
 
 @dataclass
@@ -84,38 +96,6 @@ def skill_markdown(skill: Skill) -> str:
     return f"---\n{meta}---\n{skill.body.strip()}\n"
 
 
-def _walk(root: Path) -> tuple[list[Path], list[tuple[str, str]]]:
-    """Every file below `root` that resolves inside it, and each link that leaves it with its reason.
-
-    Links that stay inside are followed (each resolved folder once, so a link loop ends).
-    """
-    real_root = root.resolve()
-    files: list[Path] = []
-    left: list[tuple[str, str]] = []
-    seen: set[Path] = set()
-    stack = [root]
-    while stack:
-        folder = stack.pop()
-        if folder.resolve() in seen:
-            continue
-        seen.add(folder.resolve())
-        try:
-            entries = sorted(folder.iterdir(), reverse=True)
-        except OSError as exc:
-            left.append((str(folder), f"unreadable: {exc}"))
-            continue
-        for p in entries:
-            real = p.resolve()
-            if not real.is_relative_to(real_root):
-                if p.is_dir() or p.name.lower() == SKILL_FILE.lower():
-                    left.append((str(p), f"outside_source: links to {real}, outside {real_root}"))
-            elif p.is_dir():
-                stack.append(p)
-            elif p.is_file():
-                files.append(p)
-    return sorted(files), sorted(left)
-
-
 def import_skill_folder(
     source: str | Path,
     out: str | Path | None = None,
@@ -133,7 +113,7 @@ def import_skill_folder(
     if not root.is_dir():
         raise FileNotFoundError(f"{root}: not a directory")
     report = ImportReport()
-    found, report.skipped = _walk(root)
+    found, report.skipped = walk_files(root, confine=True)
     files = [p for p in found if p.name.lower() == SKILL_FILE.lower()]
     skill_dirs = {f.parent for f in files}
     skill_files = set(files)
@@ -142,34 +122,28 @@ def import_skill_folder(
     )
     taken: set[str] = set()
     for path in files:
-        shown = str(path)
+        where = str(path)
         try:
-            size = path.stat().st_size
-            if max_file_bytes is not None and size > max_file_bytes:
-                report.skipped.append(
-                    (shown, f"too_large: {size} bytes, over max_file_bytes {max_file_bytes}")
-                )
-                continue
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            report.skipped.append((shown, f"unreadable: {exc}"))
+            text = read_skill_file(path, max_file_bytes)
+        except SkillFileSkipped as exc:
+            report.skipped.append((where, f"{exc.reason}: {exc.detail}"))
             continue
         try:
-            meta, body = split_front_matter(text, shown)
+            meta, body = split_front_matter(text, where)
         except SkillError as exc:
-            report.skipped.append((shown, f"front_matter: {exc}"))
+            report.skipped.append((where, f"front_matter: {exc}"))
             continue
         description = meta.get("description")
         if not isinstance(description, str) or not description.strip():
-            report.skipped.append((shown, "no_description: the front matter has no description"))
+            report.skipped.append((where, "no_description: the front matter has no description"))
             continue
         if not body.strip():
-            report.skipped.append((shown, "empty_body: nothing to return when invoked"))
+            report.skipped.append((where, "empty_body: nothing to return when invoked"))
             continue
         raw_name = meta.get("name") if isinstance(meta.get("name"), str) else path.parent.name
         name = snake_name(raw_name, prefix) or snake_name(path.parent.name, prefix)
         if not name or not NAME_RE.fullmatch(name):
-            report.skipped.append((shown, f"bad_name: {raw_name!r}"))
+            report.skipped.append((where, f"bad_name: {shown(raw_name)}"))
             continue
         base, n = name, 2
         while name in taken:
@@ -178,13 +152,13 @@ def import_skill_folder(
             body = body[:max_body_chars].rstrip() + TRUNCATION_NOTE
         draft = Skill(name=name, description=" ".join(description.split()), kind="memory", body=body)
         try:
-            skill = parse_skill(skill_markdown(draft), shown, expected_name=name)
+            skill = parse_skill(skill_markdown(draft), where, expected_name=name)
         except SkillError as exc:
-            report.skipped.append((shown, f"invalid: {exc}"))
+            report.skipped.append((where, f"invalid: {exc}"))
             continue
         taken.add(name)
         report.skills.append(skill)
-        report.sources[name] = shown
+        report.sources[name] = where
     if out is not None:
         out_root = Path(out)
         targets = [out_root / s.name / SKILL_FILE for s in report.skills]

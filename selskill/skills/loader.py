@@ -4,11 +4,24 @@ Validation happens here, once, at load time: a typo in a step template or a prec
 would otherwise surface as silently failing skill calls in the middle of a rollout (the
 paper's library targeted a grammar the engine no longer accepts and nobody noticed).
 Every error names the file and the field so that a library author can fix it directly.
+
+Skill files can come from anywhere (`selskill import-skills` reads downloaded collections), so
+reading is bounded here, for `load_skills` and the importer alike: a file is read only if it is
+a regular file (a FIFO would block forever, a link loop never resolves) of at most
+`max_file_bytes`, and its front matter only if YAML aliases do not expand it past
+`YAML_EXPANSION` times its own text (nested aliases make a few hundred bytes stand for
+billions of values, which any later walk or error message would expand). `load_skills`
+refuses such a file with a one-line error naming it and the reason; the importer skips it
+and counts the reason.
 """
 
 from __future__ import annotations
 
+import errno
+import os
 import re
+import reprlib
+import stat
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -37,6 +50,9 @@ if TYPE_CHECKING:  # importlib.resources.abc is 3.11+; only the annotation needs
     from importlib.resources.abc import Traversable
 
 SKILL_FILE = "SKILL.md"
+MAX_FILE_BYTES = 1_000_000  # a SKILL.md is a page of text; far larger is not one
+YAML_EXPANSION = 10  # front matter may expand through aliases to this many times its text (+ SLACK)
+YAML_EXPANSION_SLACK = 10_000
 NAME_RE = re.compile(r"[a-z][a-z0-9_]*")
 TYPE_RE = re.compile(r"[a-z][a-z0-9]*")
 FIELDS = {"name", "description", "kind", "parameters", "preconditions", "steps"}
@@ -44,6 +60,183 @@ EXECUTABLE_ONLY = ("parameters", "preconditions", "steps")
 PARAMETER_FIELDS = {"name", "description", "required", "default_from", "type", "default"}
 FIND_FIELDS = {"target", "visit", "bind"}
 CALL_FIELDS = {"call", "bind"}
+
+
+_SHORT = reprlib.Repr()
+_SHORT.maxstring = _SHORT.maxother = 120
+
+
+def shown(value: object) -> str:
+    """`repr(value)` cut short: what an error shows of a value read from a skill file."""
+    return _SHORT.repr(value)
+
+
+class SkillFileSkipped(SkillError):
+    """A skill file that is not read; `reason` is the word the importer counts it under."""
+
+    def __init__(self, where: str, reason: str, detail: str):
+        super().__init__(f"{where}: {reason}: {detail}")
+        self.where, self.reason, self.detail = where, reason, detail
+
+
+_KINDS = {stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket", stat.S_IFCHR: "a character device",
+          stat.S_IFBLK: "a block device"}  # fmt: skip
+
+
+def _special(mode: int) -> str:
+    return _KINDS.get(stat.S_IFMT(mode), "not a regular file")
+
+
+def read_skill_file(path: Path, max_file_bytes: int | None = MAX_FILE_BYTES) -> str:
+    """The text of the skill file at `path`; `SkillFileSkipped` when it is not a regular file (a link
+    loop, a FIFO), is over `max_file_bytes` (checked before reading, and while reading in case it
+    grew) or is not UTF-8. Opened without blocking, so a FIFO is refused instead of waited on."""
+    where = str(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise SkillFileSkipped(where, "link_loop", "a symbolic link that leads back to itself") from None
+        if exc.errno == errno.ENOENT and path.is_symlink():
+            raise SkillFileSkipped(
+                where, "broken_link", f"links to {os.readlink(path)}, which is absent"
+            ) from None
+        raise SkillFileSkipped(where, "unreadable", exc.strerror or str(exc)) from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise SkillFileSkipped(where, "not_a_file", f"{_special(info.st_mode)}, not a regular file")
+        over = f"over max_file_bytes {max_file_bytes:,}" if max_file_bytes is not None else ""
+        if max_file_bytes is not None and info.st_size > max_file_bytes:
+            raise SkillFileSkipped(where, "too_large", f"{info.st_size:,} bytes, {over}")
+        chunks, size = [], 0
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+            size += len(chunk)
+            if max_file_bytes is not None and size > max_file_bytes:
+                raise SkillFileSkipped(where, "too_large", f"more than {max_file_bytes:,} bytes, {over}")
+    except OSError as exc:
+        raise SkillFileSkipped(where, "unreadable", exc.strerror or str(exc)) from None
+    finally:
+        os.close(fd)
+    try:
+        return b"".join(chunks).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SkillFileSkipped(
+            where, "unreadable", f"not UTF-8 text ({exc.reason} at byte {exc.start})"
+        ) from None
+
+
+def _read_resource(file: Traversable, where: str, max_file_bytes: int | None) -> str:
+    """A skill file inside a package that is not a folder on disk (a zip), read within the same bound."""
+    with file.open("rb") as f:
+        data = f.read(-1 if max_file_bytes is None else max_file_bytes + 1)
+    if max_file_bytes is not None and len(data) > max_file_bytes:
+        raise SkillFileSkipped(where, "too_large", f"more than {max_file_bytes:,} bytes")
+    return data.decode("utf-8")
+
+
+def walk_files(root: Path, confine: bool) -> tuple[list[Path], list[tuple[str, str]]]:
+    """Every regular file below `root` and each entry left out with its reason, `(path, "reason: detail")`.
+
+    Links are followed, each resolved folder once (so a folder link back up ends). A link loop or a
+    link to nothing is left out (`link_loop`, `broken_link`: it may have been meant as a folder), and
+    so is a SKILL.md that is not a regular file (`not_a_file`); other special files are not skill
+    files and are passed over. With `confine`, a folder or SKILL.md that resolves outside `root` is
+    left out too (`outside_source`): a downloaded collection could otherwise read any file.
+    """
+    real_root = root.resolve()
+    files: list[Path] = []
+    left: list[tuple[str, str]] = []
+    seen: set[str] = set()
+    stack = [root]
+    while stack:
+        folder = stack.pop()
+        real_folder = os.path.realpath(folder)
+        if real_folder in seen:
+            continue
+        seen.add(real_folder)
+        try:
+            entries = sorted(folder.iterdir(), reverse=True)
+        except OSError as exc:
+            left.append((str(folder), f"unreadable: {exc.strerror or exc}"))
+            continue
+        for p in entries:
+            named_skill = p.name.lower() == SKILL_FILE.lower()
+            try:
+                mode = p.stat().st_mode  # follows links
+            except OSError as exc:
+                if exc.errno == errno.ELOOP:
+                    left.append((str(p), "link_loop: a symbolic link that leads back to itself"))
+                elif p.is_symlink():
+                    left.append((str(p), f"broken_link: links to {os.readlink(p)}, which is absent"))
+                elif named_skill:
+                    left.append((str(p), f"unreadable: {exc.strerror or exc}"))
+                continue
+            real = Path(os.path.realpath(p))
+            if confine and not real.is_relative_to(real_root):
+                if stat.S_ISDIR(mode) or named_skill:
+                    left.append((str(p), f"outside_source: links to {real}, outside {real_root}"))
+            elif stat.S_ISDIR(mode):
+                stack.append(p)
+            elif stat.S_ISREG(mode):
+                files.append(p)
+            elif named_skill:
+                left.append((str(p), f"not_a_file: {_special(mode)}, not a regular file"))
+    return sorted(files), sorted(left)
+
+
+def _expanded_size(root: yaml.Node, limit: int) -> int | None:
+    """Values plus scalar characters of the YAML graph at `root` with every alias expanded; None past
+    `limit` or for an alias inside its own anchor. Walked without recursion, each node once."""
+    size: dict[int, int] = {}
+    open_nodes: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, closing = stack.pop()
+        key = id(node)
+        if isinstance(node, yaml.MappingNode):
+            children = [n for pair in node.value for n in pair]
+        elif isinstance(node, yaml.SequenceNode):
+            children = list(node.value)
+        else:
+            children = []
+        if closing:
+            open_nodes.discard(key)
+            total = 1 + (len(node.value) if isinstance(node, yaml.ScalarNode) else 0)
+            total += sum(size[id(c)] for c in children)
+            if total > limit:
+                return None
+            size[key] = total
+            continue
+        if key in size:
+            continue
+        if key in open_nodes:
+            return None
+        open_nodes.add(key)
+        stack.append((node, True))
+        stack.extend((c, False) for c in children if id(c) not in size)
+    return size[id(root)]
+
+
+def _load_front_matter(text: str, where: str) -> object:
+    """`yaml.safe_load(text)`, refused when aliases expand it past YAML_EXPANSION times its text."""
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        limit = YAML_EXPANSION * len(text) + YAML_EXPANSION_SLACK
+        if _expanded_size(node, limit) is None:
+            raise SkillError(
+                f"{where}: front matter is not read: its YAML aliases expand it past {limit:,} values and "
+                f"characters ({YAML_EXPANSION} times its text) or into itself; write the values out"
+            )
+        return loader.construct_document(node)
+    except RecursionError:
+        raise SkillError(f"{where}: front matter is not read: it is nested too deeply") from None
+    finally:
+        loader.dispose()
 
 
 def split_front_matter(text: str, where: str) -> tuple[dict, str]:
@@ -56,7 +249,7 @@ def split_front_matter(text: str, where: str) -> tuple[dict, str]:
     except StopIteration:
         raise SkillError(f"{where}: front matter is not closed by a '---' line") from None
     try:
-        meta = yaml.safe_load("\n".join(lines[1:end]))
+        meta = _load_front_matter("\n".join(lines[1:end]), where)
     except yaml.YAMLError as exc:
         raise SkillError(f"{where}: front matter is not valid YAML: {exc}") from None
     if not isinstance(meta, dict):
@@ -80,15 +273,15 @@ def parse_skill(text: str, where: str, expected_name: str | None = None) -> Skil
 
     name = meta["name"]
     if not isinstance(name, str) or not NAME_RE.fullmatch(name):
-        raise fail("name", f"must be snake_case, got {name!r}")
+        raise fail("name", f"must be snake_case, got {shown(name)}")
     if expected_name is not None and name != expected_name:
-        raise fail("name", f"{name!r} must equal its directory name {expected_name!r}")
+        raise fail("name", f"{shown(name)} must equal its directory name {expected_name!r}")
     description = meta["description"]
     if not isinstance(description, str) or not description.strip():
         raise fail("description", "must be a non-empty string saying when to use the skill")
     kind = meta["kind"]
     if kind not in KINDS:
-        raise fail("kind", f"unknown kind {kind!r} (allowed: {', '.join(KINDS)})")
+        raise fail("kind", f"unknown kind {shown(kind)} (allowed: {', '.join(KINDS)})")
     if not body:
         raise fail("body", "empty: a memory skill returns its body, an executable one documents it")
 
@@ -127,15 +320,15 @@ def _parameters(raw, fail) -> tuple[Parameter, ...]:
             )
         pname = item.get("name")
         if not isinstance(pname, str) or not NAME_RE.fullmatch(pname):
-            raise fail(f"{label}.name", f"must be snake_case, got {pname!r}")
+            raise fail(f"{label}.name", f"must be snake_case, got {shown(pname)}")
         if pname in (p.name for p in parameters):
-            raise fail(f"{label}.name", f"duplicate parameter {pname!r}")
+            raise fail(f"{label}.name", f"duplicate parameter {shown(pname)}")
         description = item.get("description")
         if not isinstance(description, str) or not description.strip():
             raise fail(f"{label}.description", "missing")
         required = item.get("required", True)
         if not isinstance(required, bool):
-            raise fail(f"{label}.required", f"must be true or false, got {required!r}")
+            raise fail(f"{label}.required", f"must be true or false, got {shown(required)}")
         default_from = item.get("default_from")
         if default_from is not None:
             problem = default_from_problem(default_from)
@@ -143,12 +336,12 @@ def _parameters(raw, fail) -> tuple[Parameter, ...]:
                 raise fail(f"{label}.default_from", problem)
         kind = item.get("type", "name")
         if kind not in PARAMETER_TYPES:
-            raise fail(f"{label}.type", f"unknown type {kind!r} (allowed: {', '.join(PARAMETER_TYPES)})")
+            raise fail(f"{label}.type", f"unknown type {shown(kind)} (allowed: {', '.join(PARAMETER_TYPES)})")
         if default_from is not None and kind != "name":
             raise fail(f"{label}.default_from", "only parameters of type name derive a default")
         default = item.get("default")
         if default is not None and not value_has_type(kind, default):
-            raise fail(f"{label}.default", f"{default!r} is not a {kind}")
+            raise fail(f"{label}.default", f"{shown(default)} is not a {kind}")
         parameters.append(
             Parameter(pname, " ".join(description.split()), required, default_from, kind, default)
         )
@@ -173,7 +366,7 @@ def _steps(raw, parameter_names: tuple[str, ...], fail) -> tuple[Step, ...]:
                     label, f"placeholder {{{missing[0]}}} is not a parameter ({', '.join(sorted(known))})"
                 )
             if not item.strip() or item != " ".join(item.split()):
-                raise fail(label, f"a command must be one line with single spaces, got {item!r}")
+                raise fail(label, f"a command must be one line with single spaces, got {shown(item)}")
             steps.append(item)
         elif isinstance(item, dict) and set(item) == {"find"}:
             steps.append(_find_step(item["find"], f"{label}.find", known, fail))
@@ -213,9 +406,9 @@ def _call_step(raw: dict, label: str, known: set[str], fail) -> CallStep:
     pairs = []
     for name, key in bind.items():
         if not isinstance(name, str) or not NAME_RE.fullmatch(name) or name in known:
-            raise fail(f"{label}.bind", f"must bind new snake_case names, got {name!r}")
+            raise fail(f"{label}.bind", f"must bind new snake_case names, got {shown(name)}")
         if not isinstance(key, str) or not key:
-            raise fail(f"{label}.bind.{name}", f"must name a field of the result, got {key!r}")
+            raise fail(f"{label}.bind.{name}", f"must name a field of the result, got {shown(key)}")
         pairs.append((name, key))
     return CallStep(template, tuple(pairs))
 
@@ -225,7 +418,7 @@ def _find_step(raw, label: str, known: set[str], fail) -> FindStep:
         raise fail(label, f"needs exactly the fields {', '.join(sorted(FIND_FIELDS))}")
     target, visit, bind = raw["target"], raw["visit"], raw["bind"]
     if not isinstance(target, str) or not TYPE_RE.fullmatch(target):
-        raise fail(f"{label}.target", f"must be an object type such as 'desklamp', got {target!r}")
+        raise fail(f"{label}.target", f"must be an object type such as 'desklamp', got {shown(target)}")
     if (
         not isinstance(visit, list)
         or not visit
@@ -233,34 +426,49 @@ def _find_step(raw, label: str, known: set[str], fail) -> FindStep:
     ):
         raise fail(f"{label}.visit", "must be a non-empty list of receptacle types such as 'desk'")
     if not isinstance(bind, str) or not NAME_RE.fullmatch(bind) or bind in known:
-        raise fail(f"{label}.bind", f"must be a new snake_case name, got {bind!r}")
+        raise fail(f"{label}.bind", f"must be a new snake_case name, got {shown(bind)}")
     return FindStep(target, tuple(visit), bind)
 
 
-def _skill_files(directory: Traversable, prefix: str) -> list[tuple[Traversable, str]]:
-    """(file, display path) of every SKILL.md below `directory`, in a stable order."""
+def _resource_skill_files(directory: Traversable, prefix: str) -> list[tuple[Traversable, str]]:
+    """(file, display path) of every SKILL.md below a package folder that is not on disk, in name order."""
     found = []
     for child in sorted(directory.iterdir(), key=lambda c: c.name):
-        shown = f"{prefix}/{child.name}"
+        at = f"{prefix}/{child.name}"
         if child.is_dir():
-            found.extend(_skill_files(child, shown))
+            found.extend(_resource_skill_files(child, at))
         elif child.name == SKILL_FILE:
-            found.append((child, shown))
+            found.append((child, at))
     return found
 
 
-def load_skills(*directories: str | Path | Traversable) -> SkillLibrary:
+def load_skills(
+    *directories: str | Path | Traversable, max_file_bytes: int | None = MAX_FILE_BYTES
+) -> SkillLibrary:
     """Load every `<name>/SKILL.md` below the given directories into one library.
 
     A skill's directory name is its name; the same name twice (in two directories or two
-    nested folders) is an error naming both files.
+    nested folders) is an error naming both files. A SKILL.md that is not a regular file, a link
+    loop or one to nothing, or a file over `max_file_bytes` (None: any size) is an error naming it
+    and the reason, as is front matter whose YAML aliases expand it too far.
     """
     skills: list[Skill] = []
     for directory in directories:
-        root = Path(directory) if isinstance(directory, str) else directory
+        root = Path(directory) if isinstance(directory, (str, os.PathLike)) else directory
         if not root.is_dir():
             raise SkillError(f"{root}: skill directory not found")
-        for file, shown in _skill_files(root, str(root)):
-            parent = shown.rsplit("/", 2)[-2]
-            skills.append(parse_skill(file.read_text(encoding="utf-8"), shown, expected_name=parent))
+        if isinstance(root, Path):
+            files, left = walk_files(root, confine=False)
+            if left:
+                where, why = left[0]
+                more = f" ({len(left)} such entries in {root})" if len(left) > 1 else ""
+                raise SkillError(f"{where}: {why}{more}")
+            for path in (f for f in files if f.name == SKILL_FILE):
+                text = read_skill_file(path, max_file_bytes)
+                skills.append(parse_skill(text, str(path), expected_name=path.parent.name))
+            continue
+        for file, shown_at in _resource_skill_files(root, str(root)):
+            parent = shown_at.rsplit("/", 2)[-2]
+            text = _read_resource(file, shown_at, max_file_bytes)
+            skills.append(parse_skill(text, shown_at, expected_name=parent))
     return SkillLibrary.from_skills(skills)

@@ -57,10 +57,10 @@ class BfclConfig(BfclInitKeys):
         },
     )
     bfcl_withheld_callable: bool = field(
-        default=False,
+        default=True,
         metadata={
-            "help": "miss_func's withheld functions run when called before their turn (BFCL's own rule; "
-            "false: refused as unknown until revealed)"
+            "help": "miss_func's withheld functions run when called before their turn (true, the default: "
+            "BFCL's own rule; false: refused as unknown names until revealed)"
         },
     )
     turn_doc_style: str = field(

@@ -9,7 +9,7 @@ Design choices, and why:
 
 - **A step is one model response**, decoded exactly as BFCL's prompting pipeline decodes it
   (selskill/envs/calls.py: keyword arguments only, BFCL's value rules, arithmetic evaluated
-  without `eval`). A step that decodes to no call (`""`, `[]`, text BFCL cannot decode) ends
+  without `eval` over the names BFCL's decoder module defines, selskill/benchmarks/bfcl/decoding.py). A step that decodes to no call (`""`, `[]`, text BFCL cannot decode) ends
   the user turn and shows the next one, with the reason when there was text; it costs no
   env step (the paper's reference counted that canned message as a step). BFCL's limit of
   20 call steps per turn applies as its loop applies it: the 21st step runs, then the task
@@ -20,20 +20,23 @@ Design choices, and why:
   (selskill/benchmarks/bfcl/execution.py): its method-name rewrite, its refused names, then a walk
   of the expression on our backends instead of its `eval`, so outputs are BFCL's byte for
   byte and no model text ever runs anything but a backend method.
-- **What is callable is what BFCL shows**: the docs of the involved classes, minus the
-  miss_func functions withheld until their turn. A call to a withheld function gets BFCL's
-  own text for an unknown name and runs nothing (BFCL's backends would run it, but a model
-  that guessed its name would then be judged on a call it was never offered).
-  `withheld_callable=True` restores BFCL's rule; one ground truth needs it
+- **What is callable is what BFCL's backends run**: by default (`withheld_callable=True`,
+  BFCL's rule) a miss_func function withheld until a later turn runs when called before it,
+  though its docs are shown only at its turn; one ground truth relies on it
   (multi_turn_miss_func_49 calls `tail` at turn 1, two turns before it is revealed).
+  `withheld_callable=False` is the stricter option: a call to a withheld function then gets
+  BFCL's own text for an unknown name and runs nothing, so a model that guessed its name is
+  not judged on a call it was never offered.
 - **`admissible_commands` are the names of the functions callable now**, not complete
   commands: a call's arguments are open-ended literals, so no finite list of commands
   exists; the names are what changes between turns (miss_func) and what a skill's
   preconditions check ("place_order is available"). Admissible-action decoding, which
   forces the output to be one listed command, therefore does not apply to BFCL.
 - **Success is BFCL's checker** run once at the end on every decoded step, as BFCL's
-  `eval_runner` feeds it: each call's own execution string, or a stand-in that runs nothing
-  where the call was refused (a withheld function, or an expression the walk does not run).
+  `eval_runner` feeds it: each call's own execution string. A call the walk refused (a
+  withheld function under the strict option, an expression the walk does not run) reaches it
+  too, but BFCL's checker code runs with its executor answering that call with the output the
+  env gave it, so the checker never `eval`s it.
   The checker caches its backend instances in its module's globals under a model name and
   the task id; every env has its own model name and frees exactly its entries after each
   check, so a long run does not grow and two envs in one process never share state.
@@ -57,6 +60,7 @@ import itertools
 import json
 import os
 import re
+import types
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -65,9 +69,9 @@ from importlib import resources
 from pathlib import Path
 
 from selskill.benchmarks.bfcl.config import CATEGORIES, DOC_STYLES, split_scenarios
+from selskill.benchmarks.bfcl.decoding import decode
 from selskill.benchmarks.bfcl.execution import CallExecutor
 from selskill.envs.base import EnvError, EnvState, replay_commands
-from selskill.envs.calls import decode_step
 from selskill.errors import MissingPackage
 
 BFCL_VERSION = "2026.3.23"
@@ -433,18 +437,56 @@ def free_checker_cache(model_name: str, task_id: str) -> int:
     return len(stale)
 
 
-def check_calls(task: BfclTask, calls: Sequence[Sequence[Sequence[str]]], model_name: str) -> dict:
-    """BFCL's verdict on recorded calls (turn -> step -> call strings); frees the checker's cache."""
-    checker = _checker_modules()[0]
+def _answering_checker(answers: dict[int, dict[int, str]]):
+    """BFCL's `multi_turn_checker`, its code unchanged, run with an executor that answers the calls in
+    `answers` ({id of a step's call list: {index in it: output}}) with their output instead of
+    `eval`ing them; every other call runs through BFCL's own `execute_multi_turn_func_call`."""
+    checker, utils = _checker_modules()
+    function = checker.multi_turn_checker
+    if not answers:
+        return function
+    execute = utils.execute_multi_turn_func_call
+
+    def execute_answering(func_call_list, **kwargs):
+        answered = answers.get(id(func_call_list))
+        if not answered:
+            return execute(func_call_list, **kwargs)
+        results, instances = execute([], **kwargs)  # builds (or finds) the checker's instances
+        for index, call in enumerate(func_call_list):
+            if index in answered:
+                results.append(answered[index])
+            else:
+                outputs, instances = execute([call], **kwargs)
+                results.extend(outputs)
+        return results, instances
+
+    scope = {**vars(checker), "execute_multi_turn_func_call": execute_answering}
+    return types.FunctionType(function.__code__, scope, function.__name__, function.__defaults__)
+
+
+def check_calls(
+    task: BfclTask,
+    calls: Sequence[Sequence[Sequence[str]]],
+    model_name: str,
+    answered: dict[tuple[int, int, int], str] | None = None,
+) -> dict:
+    """BFCL's verdict on recorded calls (turn -> step -> call strings); frees the checker's cache.
+
+    `answered`: {(turn, step, call): output} of the calls the env refused to run; the checker gets
+    them as they are, and that output instead of running them."""
     if len(calls) != len(task.ground_truth):
         return {
             "valid": False,
             "error_type": "multi_turn:force_terminated",
             "error_message": f"{len(calls)} turns played of {len(task.ground_truth)}",
         }
+    decoded = [[list(step) for step in turn] for turn in calls]
+    answers: dict[int, dict[int, str]] = {}
+    for (turn, step, index), output in (answered or {}).items():
+        answers.setdefault(id(decoded[turn][step]), {})[index] = output
     try:
-        result = checker.multi_turn_checker(
-            [[list(step) for step in turn] for turn in calls],
+        result = _answering_checker(answers)(
+            decoded,
             [list(t) for t in task.ground_truth],
             copy.deepcopy(task.entry),
             f"multi_turn_{task.category}",
@@ -490,7 +532,7 @@ class BfclEnv:
         categories: Iterable[str] = CATEGORIES,
         scenarios: Iterable[int] | None = None,
         tasks: Sequence[BfclTask] | None = None,
-        withheld_callable: bool = False,
+        withheld_callable: bool = True,
         id_prefix: str = "",
     ):
         """`id_prefix` goes before every task id (`test/multi_turn_base_3`): the stages name a task
@@ -533,6 +575,9 @@ class BfclEnv:
         self.turn_steps = 0
         # what BFCL's checker is given: turn -> step -> one execution string per decoded call
         self.calls: list[list[list[str]]] = [[]]
+        # the calls the walk refused to run, (turn, step, call) -> their output: the checker answers
+        # them with it rather than running them
+        self.refused: dict[tuple[int, int, int], str] = {}
         self.functions = task_function_docs(task, 0)
         self._executor = CallExecutor(task.id, self.instances)
         self.verdict: dict | None = None
@@ -546,11 +591,13 @@ class BfclEnv:
         if self._state.done:
             self._state = self._make_state("The task is over.", env_steps=0, done=True, won=self._state.won)
             return self._state
-        decoded = decode_step(command)
+        decoded = decode(command)
         if not decoded.calls:
             return self._end_turn(decoded.error)
         runs = [self._executor.run(call.text, self._callable_now) for call in decoded.calls]
-        self.calls[-1].append([run.checker_call for run in runs])
+        where = (len(self.calls) - 1, len(self.calls[-1]))
+        self.refused.update({(*where, i): run.output for i, run in enumerate(runs) if run.refused})
+        self.calls[-1].append([call.text for call in decoded.calls])
         self.turn_steps += 1
         results = [
             {"call": call.text, "output": run.output, "error": run.error}
@@ -560,7 +607,7 @@ class BfclEnv:
         if self.turn_steps > self.max_steps_per_turn:
             # BFCL's loop stops the task here, keeping this turn: on the last turn the checker
             # still judges everything played; before it, turns are missing (force_terminated)
-            self.verdict = check_calls(self._task, self.calls, self.model_name)
+            self.verdict = check_calls(self._task, self.calls, self.model_name, self.refused)
             observation += f"\nModel has been forced to quit after {self.max_steps_per_turn} steps."
             won = bool(self.verdict.get("valid"))
             return self._set(self._make_state(observation, env_steps=1, done=True, won=won, results=results))
@@ -588,7 +635,7 @@ class BfclEnv:
         self.turn_steps = 0
         note = f"(No call was run: {problem}. The user turn has ended.)\n" if problem else ""
         if self.turn >= len(task.turns):
-            self.verdict = check_calls(task, self.calls, self.model_name)
+            self.verdict = check_calls(task, self.calls, self.model_name, self.refused)
             won = bool(self.verdict.get("valid"))
             return self._set(self._make_state(note + END_OF_TASK, env_steps=0, done=True, won=won))
         self.calls.append([])
@@ -647,7 +694,7 @@ class BfclTaskIndex:
     split: str
     categories: tuple[str, ...]
     scenarios: tuple[int, ...]
-    withheld_callable: bool = False
+    withheld_callable: bool = True
     games: list[TaskRecord] = field(default_factory=list)
     skipped: Counter = field(default_factory=Counter)  # nothing is skipped: every task plays
     patched: int = 0
@@ -671,7 +718,7 @@ class BfclTaskIndex:
 
 
 def task_index(
-    split: str, categories: Sequence[str], scenarios: Sequence[int], withheld_callable: bool = False
+    split: str, categories: Sequence[str], scenarios: Sequence[int], withheld_callable: bool = True
 ) -> BfclTaskIndex:
     """The tasks of `scenarios` in `categories`, with ids `<split>/<BFCL id>`."""
     tasks = load_tasks(categories, scenarios)

@@ -50,8 +50,8 @@ from selskill.agent.turn_format import (
     render_action,
     render_skill_call,
 )
+from selskill.benchmarks.bfcl.decoding import decode
 from selskill.benchmarks.bfcl.env import DOC_STYLES, render_function_docs
-from selskill.envs.calls import decode_step
 from selskill.skills.step_records import EpisodePrefix, call_steps
 
 if TYPE_CHECKING:
@@ -200,7 +200,7 @@ def after_malformed(fmt: BfclTurnFormat, state: EnvState) -> dict:
 
 def action_command(action: str) -> str:
     """The env command of an action: the call list, or "" for one with no call BFCL decodes (it ends the turn)."""
-    return action if decode_step(action).calls else END_TURN_COMMAND
+    return action if decode(action).calls else END_TURN_COMMAND
 
 
 _CALL_START = re.compile(r"^\[|^[A-Za-z_][\w.]*\s*\(")
@@ -209,7 +209,7 @@ _CALL_START = re.compile(r"^\[|^[A-Za-z_][\w.]*\s*\(")
 def broken_call_list(action: str) -> bool:
     """An action that is no call list but starts like one (`[...` or `name(`), or that a bound refused:
     not a clean end of turn."""
-    decoded = decode_step(action)
+    decoded = decode(action)
     if decoded.calls or not decoded.error:
         return False
     return decoded.refused or bool(_CALL_START.match(action.strip("`\n ")))

@@ -14,13 +14,14 @@ and a literal is itself. The outputs are therefore BFCL's, byte for byte.
 What the walk does not do is run anything else: a builtin, a module global, an attribute of
 something other than an instance method, a subscript, a comprehension, arithmetic beyond the
 `+`/`-` a complex literal's `repr` needs. Such a call is *refused* before anything of it
-runs: its output says so, it changes nothing, and the checker gets `STAND_IN` in its place
-(a call to an undefined name, which BFCL's checker answers with a NameError and no effect).
-So the checker receives, for every decoded call, either BFCL's own execution string (when
-the walk accepted it, so the checker's `eval` can do only what the walk did) or the stand-in,
-never text that could run something else. BFCL itself would have `eval`ed a refused call;
-verdicts can differ only there. Instance names follow BFCL's inference loop for a model
-called `MODEL_NAME`, so a string argument the rewrite touches reads the same on every run.
+runs: its output says so and it changes nothing. A call BFCL itself never `eval`s is not
+refused: a refused name (`exit()`, `kill(...)`) gets BFCL's "is not allowed" text, and text
+that does not compile (`ls(None={'a': True})`, from `ls(**{'a': True})`) `compile`'s own
+message, exactly as BFCL answers them. BFCL would have `eval`ed a refused call; outputs and
+verdicts can differ only there. The checker still receives every decoded call as BFCL's
+execution string (selskill/benchmarks/bfcl/env.py, `check_calls`), a refused one answered
+with its recorded output instead of being run. Instance names follow BFCL's inference loop for
+a model called `MODEL_NAME`, so a string argument the rewrite touches reads the same on every run.
 """
 
 from __future__ import annotations
@@ -39,7 +40,6 @@ from selskill.envs.calls import MAX_NESTING
 
 ERROR_PREFIX = "Error during execution: "  # BFCL's text for a call that raised
 MODEL_NAME = "selskill"  # the model name in the instance names of the env's own backends
-STAND_IN = "selskill_refused_call()"  # what the checker gets for a refused call
 # the rewrite adds one attribute per call to the decoded step's depth
 _MAX_DEPTH = 2 * MAX_NESTING + 2
 _UNARY = {ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Not: operator.not_, ast.Invert: operator.invert}
@@ -126,11 +126,11 @@ class _Refused(Exception):
 
 @dataclass(frozen=True)
 class Execution:
-    """One call's outcome: BFCL's output text, whether it reports an error, what the checker gets."""
+    """One call's outcome: BFCL's output text, whether it reports an error, and whether the walk refused
+    to run it (then the checker must answer it with `output` rather than run it)."""
 
     output: str
     error: bool
-    checker_call: str
     refused: bool = False
 
 
@@ -150,30 +150,29 @@ class CallExecutor:
         """BFCL's outcome for execution string `text`; `callable_now(method)` is the env's rule
         for a method it may hide (a withheld function): a hidden one is answered as an unknown name."""
         rewritten = _utils()._process_method_calls(text, self.mapping)
-        try:
-            tree = ast.parse(rewritten, mode="eval")
-            self._check(tree.body, callable_now, 0)
-            refusal = None
-        except _Refused as exc:
-            tree, refusal = None, exc
-        except (SyntaxError, ValueError, MemoryError, RecursionError):
-            tree, refusal = None, None  # compile() below gives the message
-        checker_call = text if tree is not None else STAND_IN
-        if refusal is not None and refusal.withheld:
-            return Execution(unknown_function_text(refusal.withheld), True, checker_call, refused=True)
         head = rewritten.split("(")[0] if "(" in rewritten else rewritten
         if "." in head:
             head = head.split(".")[1]
+        if head in blocked_names():  # BFCL refuses these before its `eval`: nothing runs
+            return Execution(f"{ERROR_PREFIX}Function call {head} is not allowed.", True)  # BFCL's words
         try:
-            if head in blocked_names():
-                raise Exception(f"Function call {head} is not allowed.")  # BFCL's words
             compile(rewritten, "<string>", "eval", dont_inherit=True)  # compiles, runs nothing
-            if refusal is not None:
-                return Execution(f"{ERROR_PREFIX}not run here: {refusal}", True, checker_call, refused=True)
+        except Exception as exc:  # noqa: BLE001 - BFCL's `eval` fails here too, before running anything
+            return Execution(f"{ERROR_PREFIX}{exc}", True)
+        try:
+            tree = ast.parse(rewritten, mode="eval")
+            self._check(tree.body, callable_now, 0)
+        except (SyntaxError, ValueError, MemoryError, RecursionError):
+            return Execution(f"{ERROR_PREFIX}not run here: the call is nested too deeply", True, refused=True)
+        except _Refused as refusal:
+            if refusal.withheld:
+                return Execution(unknown_function_text(refusal.withheld), True, refused=True)
+            return Execution(f"{ERROR_PREFIX}not run here: {refusal}", True, refused=True)
+        try:
             output = format_output(self._evaluate(tree.body))
         except Exception as exc:  # noqa: BLE001 - BFCL turns every exception of a call into its text
             output = f"{ERROR_PREFIX}{exc}"
-        return Execution(output, is_error_output(output), checker_call)
+        return Execution(output, is_error_output(output))
 
     # -- what the walk accepts, decided before anything runs ---------------------------------
 

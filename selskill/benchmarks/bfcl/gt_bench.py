@@ -9,8 +9,9 @@ so positional arguments are dropped. Four sweeps:
   pipeline scores when a model writes the ground truth as the data does (positional
   arguments included);
 - `strict`: keyword form (every positional argument named, as demonstrations write it), the
-  env as shipped (withheld miss_func functions refused until revealed);
-- `bfcl-rule`: keyword form, `withheld_callable=True`, BFCL's own rule (withheld functions run);
+  strict option `withheld_callable=False` (withheld miss_func functions refused until revealed);
+- `bfcl-rule`: keyword form, the env as shipped (`withheld_callable=True`, BFCL's own rule:
+  withheld functions run);
 - `drop-last`: strict, with each task's last ground-truth call left out: all should lose.
 
 Prints how many tasks and calls pass an argument by position, then, per sweep and

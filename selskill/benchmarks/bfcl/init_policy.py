@@ -45,7 +45,7 @@ class BfclTrainTasks:
 
     categories: tuple[str, ...]
     scenarios: Sequence[int]
-    withheld_callable: bool = False
+    withheld_callable: bool = True
     task_ids: Sequence[str] | None = None
 
     def record(self) -> dict:

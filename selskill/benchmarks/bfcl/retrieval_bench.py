@@ -64,8 +64,8 @@ def bfcl_episodes(
     limit: int | None = None,
 ) -> list[Episode]:
     """One episode per BFCL task of `split`, its events from the replayed ground truth."""
+    from selskill.benchmarks.bfcl.decoding import decode
     from selskill.benchmarks.bfcl.env import CATEGORIES, BfclEnv, ground_truth_commands, split_tasks
-    from selskill.envs.calls import decode_step
 
     missing = sorted(set(BFCL_REFERENCE_SKILLS.values()) - set(library))
     if missing:
@@ -81,7 +81,7 @@ def bfcl_episodes(
         prefix = EpisodePrefix(task=task.turns[0], observation=state.observation, goal=state.task, api=True)
         events = []
         for command in ground_truth_commands(task):
-            calls = decode_step(command).calls
+            calls = decode(command).calls
             if calls:
                 relevant = bfcl_relevant(calls[0].name, task.involved_classes, fn_classes, workflows)
                 if relevant:
