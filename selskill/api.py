@@ -24,6 +24,10 @@ STAGE_KINDS = {
     "fork": ("fork", "pipelines/fork.py"),
     "label": ("pair", "pipelines/label.py"),
     "eval": ("rollout", "pipelines/evaluate.py"),
+    "eval-headroom": (
+        "rollout",
+        "pipelines/evaluate.py",
+    ),  # the first eval split without skills (eval_headroom)
 }
 
 

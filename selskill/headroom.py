@@ -245,3 +245,31 @@ def profile_by_budget(
             "headroom": skill_headroom(w, o, n_boot=n_boot, seed=seed),
         }
     return out
+
+
+def format_profile(profile: Mapping[int, dict]) -> str:
+    """`profile_by_budget` as a markdown table, one row per budget."""
+    from selskill.metrics import format_value
+
+    head = (
+        "| budget | SR with skills | SR without | Skill/ep | Exec. Prec. | Avg. Steps | "
+        "positive | negative | both won | both lost | net (with - without) |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|"
+    )
+    lines = [head]
+    for b, p in profile.items():
+        w, o, h = p["with_skills"], p["without"], p["headroom"]
+        ci = h.get("net_gain_ci")
+        net = f"{100 * h['net_gain']:+.1f}" + (f" [{100 * ci[0]:+.1f}, {100 * ci[1]:+.1f}]" if ci else "")
+        cells = [
+            str(b),
+            format_value("sr", w["sr"], w["ci"].get("sr")),
+            format_value("sr", o["sr"], o["ci"].get("sr")),
+            format_value("skill_per_ep", w["skill_per_ep"]),
+            format_value("exec_prec", w["exec_prec"]),
+            format_value("avg_steps", w["avg_steps"]),
+            *(str(h["counts"][c]) for c in CLASSES),
+            net,
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)

@@ -103,6 +103,38 @@ def _policy_gpu(args: argparse.Namespace) -> int:
     return 0
 
 
+def _profile_arguments(b: argparse.ArgumentParser) -> None:
+    b.add_argument("--exp", required=True, help="experiment directory (runs/<exp>)")
+    b.add_argument("--round", type=int, default=0, help="whose eval (0: the init policy's)")
+    b.add_argument("--budgets", default="8,10,12,15,20,25,30", help="decision budgets, comma-separated")
+    b.add_argument(
+        "--played",
+        type=int,
+        required=True,
+        help="the max_decisions the eval was played with (budgets above it are refused)",
+    )
+    b.add_argument("--out", help="also write the profile as JSON to this file")
+
+
+def _profile(args: argparse.Namespace) -> int:
+    import json
+
+    from selskill.api import load_stage
+    from selskill.headroom import format_profile, profile_by_budget
+
+    without = load_stage(args.exp, args.round, "eval-headroom").to_list()
+    played = {r["task_id"] for r in without}
+    with_skills = [r for r in load_stage(args.exp, args.round, "eval").to_list() if r["task_id"] in played]
+    budgets = [int(b) for b in args.budgets.split(",") if b.strip()]
+    profile = profile_by_budget(with_skills, without, budgets, played_budget=args.played)
+    print(f"{args.exp} round {args.round}: {len(with_skills)} tasks played with and without skills")
+    print(format_profile(profile))
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({str(b): p for b, p in profile.items()}, f, indent=1)
+    return 0
+
+
 COMMANDS = [
     Command(
         "retrieval",
@@ -156,6 +188,18 @@ COMMANDS = [
         add_arguments=_probe_pairs_arguments,
         run=_probe_pairs,
         takes_recipe=True,
+    ),
+    Command(
+        "profile",
+        help="a policy's starting profile by decision budget: SR with and without skills, calls, precision, headroom",
+        description="Reads round r's eval and its no-skills partner (eval_headroom) and, for each decision budget "
+        "up to the one they were played with, prints SR with and without the skills (95% intervals), Skill/ep, "
+        "Exec. Prec., Avg. Steps and the headroom classes: whether an init has the paper's starting profile "
+        "(wins without skills, calls them too often), and at which budget. Greedy episodes are the same up to "
+        "any smaller budget, so one eval at a large budget gives every smaller one. Example: selskill bench "
+        "profile --exp runs/mini --round 0 --played 15",
+        add_arguments=_profile_arguments,
+        run=_profile,
     ),
     Command(
         "policy-gpu",
