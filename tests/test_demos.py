@@ -4,6 +4,7 @@ import dataclasses
 
 import pytest
 
+from selskill.agent.eval_modes import prompt_setup
 from selskill.agent.parser import parse_turn
 from selskill.agent.transcript import after_action, after_skill, opening_messages
 from selskill.agent.turn_format import render_action, render_skill_call
@@ -30,6 +31,7 @@ ALL_ON = dataclasses.replace(
     DemoMix(**{f.name: 1.0 for f in dataclasses.fields(DemoMix) if f.name != "search"}),
     random_memory=0.0,
     mistake=0.0,
+    no_skills=0.0,  # every game with the skills listed
 )
 
 
@@ -48,11 +50,14 @@ def report(games):
 
 def _replay(games, demo):
     """Re-run a demo's assistant turns on a fresh env; rebuild the transcript the runner's way."""
-    library = load_alfworld_skills()
+    # a game played without skills is written in the prompt the eval's no_skills mode plays
+    mode = "skills" if demo.skills_listed else "no_skills"
+    setup = prompt_setup(mode, load_alfworld_skills(), DEMO_FORMAT, DEMO_LISTING_STYLE)
+    library, fmt = setup.library, setup.fmt
     executor = SkillExecutor(library, NAVIGATION)
     env = AlfworldEnv(games)
     state = env.reset(demo.task_id)
-    messages = opening_messages(DEMO_FORMAT, render_listing(library, DEMO_LISTING_STYLE), state)
+    messages = opening_messages(fmt, setup.skill_text, state)
     records = []
     for message in demo.messages[2:]:
         if message["role"] != "assistant":
@@ -60,15 +65,15 @@ def _replay(games, demo):
         turn = parse_turn(message["content"], library.names)
         assert turn.kind in ("action", "skill"), message
         if turn.kind == "action":
-            messages.append(DEMO_FORMAT.assistant_message(render_action(turn.action)))
+            messages.append(fmt.assistant_message(render_action(turn.action)))
             state = env.step(turn.action)
-            messages.append(after_action(DEMO_FORMAT, state))
+            messages.append(after_action(fmt, state))
         else:
-            messages.append(DEMO_FORMAT.assistant_message(render_skill_call(turn.skill, turn.arguments)))
+            messages.append(fmt.assistant_message(render_skill_call(turn.skill, turn.arguments)))
             record = executor.execute(env, turn.skill, turn.arguments)
             records.append(record)
             state = env.state
-            messages.append(after_skill(DEMO_FORMAT, record.observation, state))
+            messages.append(after_skill(fmt, record.observation, state))
     return messages, records, state
 
 
@@ -171,7 +176,10 @@ def test_injected_mistakes_are_recovered_from(small_games):
 
 
 def test_default_mix_is_wasteful_like_rl_init(report):
-    stats = report.stats()
+    from selskill.sft.demos import demo_stats
+
+    listed = [d for d in report.demos if d.skills_listed]  # the others call nothing (no_skills)
+    stats = demo_stats(listed)
     # a small set: loose bounds around the documented ~2.5 calls per demo at ~70% precision
     assert 1.5 <= stats["skill_calls_per_demo"] <= 4.0, stats
     assert 0.5 <= stats["exec_precision"] <= 0.9, stats
@@ -180,8 +188,8 @@ def test_default_mix_is_wasteful_like_rl_init(report):
     redundant = sum(
         roles.get(r, 0) for r in ("opening", "random_memory", "place_memory", "second_memory", "wrong_exec")
     )
-    assert redundant >= len(report.demos) * 0.4
-    with_task_skill = [d for d in report.demos if d.task_type in TASK_SKILL]
+    assert redundant >= len(listed) * 0.4
+    with_task_skill = [d for d in listed if d.task_type in TASK_SKILL]
     premature = sum(1 for d in with_task_skill for c in d.calls if c["role"] == "premature")
     # premature_start 0.6 + premature_seen 0.3 per demo with a task skill
     assert 0.3 * len(with_task_skill) <= premature <= 1.6 * len(with_task_skill)
@@ -262,3 +270,22 @@ def test_false_takes_are_untrained_wrong_moves_the_expert_recovers_from(games):
     plain = build_demos(games, mix=dataclasses.replace(DemoMix(), mistake=0.0), seed=0).demos
     again = build_demos(games, mix=dataclasses.replace(mix, false_take=0.0), seed=0).demos
     assert [d.messages for d in plain] == [d.messages for d in again]
+
+
+def test_a_share_of_the_games_is_played_without_skills_in_the_no_skills_prompt(games):
+    """`no_skills` plays that share of the games as the expert alone, in the eval's no_skills prompt
+    (no skill section: the replay above checks it message for message), and leaves the calls of
+    the games played with the skills listed as they were (its own draw)."""
+    listed_only = build_demos(games, seed=0, mix=dataclasses.replace(DemoMix(), no_skills=0.0))
+    half = build_demos(games, seed=0, mix=dataclasses.replace(DemoMix(), no_skills=0.5))
+    every = build_demos(games, seed=0, mix=dataclasses.replace(DemoMix(), no_skills=1.0))
+    bare = [d for d in half.demos if not d.skills_listed]
+    assert 0 < len(bare) < len(half.demos)
+    assert all(not d.calls and "Skills:" not in d.messages[0]["content"] for d in bare)
+    assert all(not d.skills_listed and not d.calls for d in every.demos)
+    assert all(d.skills_listed for d in listed_only.demos)
+    with_skills = {d.task_id: d for d in listed_only.demos}
+    for d in half.demos:
+        if d.skills_listed:
+            assert d.messages == with_skills[d.task_id].messages
+    assert half.stats()["demos_without_skills"] == len(bare)
