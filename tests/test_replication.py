@@ -96,10 +96,43 @@ def test_a_branching_variant_without_pairs_does_not_stop_the_benchmark(runs, mon
     monkeypatch.setattr(rep, "round_1_pairs", lambda argv: (None, None))
     monkeypatch.setattr(rep, "trainable_pairs", lambda argv, overrides, table, tok: 0)
     summary = rep.run_replication(["--config", "recipes/tiny.yaml", "--runs_dir", str(runs), "--exp", "main"])
-    # every pair variant had no pair (skipped); both branching variants ran, the pairless one too
-    assert ran == ["main", "main", "main-branch-random", "main-branch-all_skill"]
+    # every pair variant had no pair (skipped); SFT on wins and both branching variants ran, the pairless one too
+    assert ran == ["main", "main", "main-sft-wins", "main-branch-random", "main-branch-all_skill"]
     assert summary["branching"]["branch-random"]["metrics"]["sr"] is None
     assert (runs / "main" / "ablations.md").is_file()
+
+
+def test_sft_on_wins_trains_on_the_main_lines_samples_and_is_reported_beside_the_pair_variants(
+    runs, monkeypatch
+):
+    import shutil
+
+    ran = {}
+
+    def fake_round(
+        recipe,
+    ):  # the main line's rounds are on disk (fixture); the variant's round writes its own
+        ran[recipe.run.exp] = recipe.train.train_objective
+        if recipe.run.exp == "main-sft-wins":
+            train = round_dir(runs, "main-sft-wins", 1) / "train"
+            train.mkdir(parents=True)
+            (train / "wins_stats.json").write_text(json.dumps({"trained": 3, "tasks": 2, "tokens": 90}))
+            shutil.copytree(round_dir(runs, "main", 1) / "eval", round_dir(runs, "main-sft-wins", 1) / "eval")
+
+    monkeypatch.setattr(rep, "run_round", fake_round)
+    monkeypatch.setattr(rep, "round_1_pairs", lambda argv: (None, None))
+    monkeypatch.setattr(rep, "trainable_pairs", lambda argv, overrides, table, tok: 0)
+    summary = rep.run_replication(["--config", "recipes/tiny.yaml", "--runs_dir", str(runs), "--exp", "main"])
+    assert ran["main-sft-wins"] == "sft_wins" and ran["main"] == "dpo" and ran["main-branch-random"] == "dpo"
+    var = round_dir(runs, "main-sft-wins", 1)
+    assert (var / "sample").resolve() == (round_dir(runs, "main", 1) / "sample").resolve()
+    assert not any((var / s).exists() for s in ("branch", "fork", "label"))  # it reads no pair
+    row = summary["pairs"]["sft-wins"]
+    assert row["wins_trained"]["trained"] == 3 and row["metrics"]["sr"] is not None
+    saved = json.loads((runs / "main" / "results.json").read_text())
+    assert saved["pairs"]["sft-wins"]["wins_trained"]["trained"] == 3
+    md = (runs / "main" / "ablations.md").read_text()
+    assert "| sft-wins | 3 wins |" in md and md.index("| n1 |") < md.index("| sft-wins |")
 
 
 def test_results_json_holds_paired_differences_targets_and_the_commit(runs, monkeypatch):

@@ -1,4 +1,4 @@
-"""Hand-built pair rows (PAIR_SCHEMA) and a very small offline model for the train tests."""
+"""Hand-built pair and sample rows (PAIR_SCHEMA, ROLLOUT_SCHEMA) and a very small offline model for the train tests."""
 
 from __future__ import annotations
 
@@ -168,17 +168,63 @@ def write_label_stage(
 ):
     """Round `round_`'s label stage as the stage writes it (through `run_rank`): each list of pair rows
     one rank's shard with its completion marker, at world size len(shards) (`redo`: over a complete one)."""
+    return write_stage(runs_dir, exp, round_, "label", "pair", shards, seed, redo)
+
+
+def write_stage(
+    runs_dir, exp: str, round_: int, name: str, kind: str, shards: list[list[dict]], seed: int = 0,
+    redo: bool = False,
+):  # fmt: skip
+    """Round `round_`'s stage `name` of `kind` rows as a stage writes it (`write_label_stage`'s, any stage)."""
     from selskill.config import RunConfig
     from selskill.data.inputs import StageInputs
     from selskill.data.layout import StageDir
     from selskill.data.rank_writer import run_rank
 
-    stage = StageDir.of(runs_dir, exp, round_, "label")
+    stage = StageDir.of(runs_dir, exp, round_, name)
     for rank, rows in enumerate(shards):
         run = RunConfig(
             exp=exp, runs_dir=str(runs_dir), round=round_, rank=rank, world_size=len(shards), redo=redo
         )
         run_rank(
-            stage, "pair", run, StageInputs([run], seed, 1), lambda stats, rows=rows: rows, log=lambda s: None
+            stage, kind, run, StageInputs([run], seed, 1), lambda stats, rows=rows: rows, log=lambda s: None
         )
     return stage
+
+
+def rollout_row(
+    tok, task_id: str, sample_idx: int, turns: list[tuple[str, str]], success: bool, malformed: int = 0
+) -> dict:
+    """A valid ROLLOUT_SCHEMA row (a sample episode) of the system message, the task and `turns`; its
+    assistant tokens are each message's content and end of turn (`render_side`)."""
+    messages = [SYSTEM, TASK, *turns]
+    ids, role, turn = render_side(tok, messages)
+    n_turns = sum(1 for who, _ in turns if who == "assistant")
+    return {
+        "rollout_id": f"r1/{task_id}/{sample_idx}",
+        "run": "t",
+        "round": 1,
+        "task_id": task_id,
+        "task_type": "pick_heat_then_place_in_recep",
+        "split": "train",
+        "sample_idx": sample_idx,
+        "policy_id": "round_0",
+        "seed": 0,
+        "n_prompt_tokens": len(render_side(tok, messages[:2])[0]),
+        "token_ids": ids,
+        "logprob": [0.0] * len(ids),
+        "entropy": [0.0] * len(ids),
+        "role": role,
+        "turn": turn,
+        "success": success,
+        "env_steps": n_turns,
+        "n_turns": n_turns,
+        "n_skill_calls": 0,
+        "n_precise_calls": 0,
+        "n_malformed": malformed,
+        "termination": "won" if success else "step_limit",
+        "error": None,
+        "turns": [],
+        "messages": chat_messages(messages),
+        "pseudo_skills": [],
+    }

@@ -27,6 +27,7 @@ OVERFLOW_CHOICES = ("skip", "error")
 BRANCH_POOL_CHOICES = ("all", "ordinary", "post_skill")
 LOCAL_REASON_CHOICES = ("all", "success_vs_failure", "success_rate", "efficiency")
 PREFIX_SHARING_CHOICES = ("none", "pair", "branch")  # selskill/train/prefix_sharing.py
+OBJECTIVE_CHOICES = ("dpo", "sft_wins")  # selskill/train/stage.py; sft_wins: selskill/train/wins.py
 
 
 def bf16_available() -> bool:
@@ -58,6 +59,9 @@ def deepspeed_launch() -> bool:
 class TrainConfig(DPOConfig, ModelConfig):
     """DPO on SelSkill pairs. Defaults follow the paper (Table 13); see recipes/dpo_8b.yaml.
 
+    `train_objective: sft_wins` trains the baseline SFT on the round's wins with the same
+    TrainingArguments keys (selskill/train/wins.py).
+
     With `use_peft` the trainer trains a LoRA adapter and the reference is the same model with
     the adapter disabled (recipes/dpo_8b_lora.yaml; docs/design.md, "LoRA and round chaining").
     """
@@ -66,6 +70,19 @@ class TrainConfig(DPOConfig, ModelConfig):
         "train (TRL's DPOConfig keys, ModelConfig's use_peft and lora_* keys, and train_*)"
     )
 
+    train_objective: str = field(
+        default="dpo",
+        metadata={
+            "help": "what the train stage fits: dpo = DPO on the label stage's pairs (SelSkill); sft_wins = "
+            "rejection-sampling fine-tuning, the baseline to compare it with on the same rollouts: TRL's "
+            "SFTTrainer on every successful episode of the round's sample stage (each of a task's K samples "
+            "that won; a win with a malformed turn is left out), loss on the policy's own assistant tokens, "
+            "with this section's learning_rate, num_train_epochs, batch keys and the run's seed. The DPO-only "
+            "keys (beta, loss_type, train_pair_kinds, train_window_n, ...) are then unused, and a round "
+            "runs no branch, fork or label stage",
+            "choices": list(OBJECTIVE_CHOICES),
+        },
+    )
     train_pair_kinds: str = field(
         default="both",
         metadata={
@@ -143,7 +160,8 @@ class TrainConfig(DPOConfig, ModelConfig):
         default="skip",
         metadata={
             "help": "pairs that still exceed max_length after the oldest prompt messages are dropped: skip them "
-            "(counted in pairs_stats.json and the log) or error",
+            "(counted in pairs_stats.json and the log) or error; with train_objective sft_wins, the winning "
+            "episodes longer than max_length (counted in wins_stats.json: a cut episode would teach an unfinished one)",
             "choices": list(OVERFLOW_CHOICES),
         },
     )
@@ -192,6 +210,10 @@ class TrainConfig(DPOConfig, ModelConfig):
 
     def __post_init__(self):
         self.log_level = self.log_level.lower()
+        if self.train_objective not in OBJECTIVE_CHOICES:
+            raise ValueError(
+                f"train_objective must be one of {', '.join(OBJECTIVE_CHOICES)}; got {self.train_objective!r}"
+            )
         if self.train_pair_kinds not in PAIR_KIND_CHOICES:
             raise ValueError(
                 f"train_pair_kinds must be one of {', '.join(PAIR_KIND_CHOICES)}; got {self.train_pair_kinds!r}"

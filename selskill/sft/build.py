@@ -1,7 +1,8 @@
 """What both offline init builders share: TRL SFT on demonstrations, and the build's contract.
 
 Training is TRL's `SFTTrainer` on demonstrations tokenized by the chat template
-(`sft_dataset`: input ids + a loss mask). Which tokens carry the loss is the mask's
+(`sft_dataset`: input ids + a loss mask), through the train stage's SFT (`selskill.train.sft`,
+which also trains a round's wins). Which tokens carry the loss is the mask's
 business: the chat template's assistant mask (the decisions and `<|im_end|>`), or every
 token (a builder's first phase), minus each `Demo.untrained_turns` turn (injected wrong
 moves are context, never targets). bf16/fp16 and gradient checkpointing are off (CPU).
@@ -52,7 +53,7 @@ def sft_dataset(demos: list[Demo], tokenizer, drop_system: bool = False, assista
     `drop_system` leaves out the system prompt (phase 1: it is the same in every
     demonstration, a large share of its tokens, and teaches nothing about the game).
     """
-    from datasets import Dataset
+    from selskill.train.sft import rows_dataset
 
     rows = []
     for d in demos:
@@ -73,7 +74,7 @@ def sft_dataset(demos: list[Demo], tokenizer, drop_system: bool = False, assista
         if skip and turn + 1 != sum(1 for m in messages if m["role"] == "assistant"):
             raise ValueError(f"{d.task_id}: the chat template's assistant mask does not match the turns")
         rows.append({"input_ids": ids, "assistant_masks": mask})
-    return Dataset.from_list(rows)
+    return rows_dataset(rows)
 
 
 def init_device() -> str:
@@ -132,34 +133,12 @@ def sft_config(
 def sft_train(
     model, tokenizer, demos: list[Demo], args, drop_system: bool = False, assistant_only: bool = True
 ) -> tuple[object, dict]:
-    """SFT `model` on `demos`; returns the trainer and training stats (loss curve, tokens/s)."""
-    from trl import SFTTrainer
+    """SFT `model` on `demos`; returns the trainer and training stats (loss curve, tokens/s). The training is
+    the train stage's own SFT (`selskill.train.sft.fit`, which `train_objective: sft_wins` runs too)."""
+    from selskill.train.sft import fit
 
     dataset = sft_dataset(demos, tokenizer, drop_system=drop_system, assistant_only=assistant_only)
-    trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer)
-    n_tokens = sum(len(ids) for ids in trainer.train_dataset["input_ids"])
-    n_trained = sum(sum(1 for x in labels if x != -100) for labels in trainer.train_dataset["labels"]) \
-        if "labels" in trainer.train_dataset.column_names else None  # fmt: skip
-    start = time.perf_counter()
-    output = trainer.train()
-    seconds = time.perf_counter() - start
-    epochs = float(args.num_train_epochs)
-    losses = [
-        {"step": e["step"], "epoch": round(e.get("epoch", 0.0), 3), "loss": e["loss"]}
-        for e in trainer.state.log_history
-        if "loss" in e
-    ]
-    stats = {
-        "epochs": epochs,
-        "train_seconds": round(seconds, 1),
-        "steps": trainer.state.global_step,
-        "final_train_loss": output.training_loss,
-        "loss_curve": losses,
-        "tokens_per_epoch": n_tokens,
-        "assistant_tokens_per_epoch": n_trained,
-        "tokens_per_second": round(n_tokens * epochs / seconds, 1) if seconds > 0 else None,
-    }
-    return trainer, stats
+    return fit(model, tokenizer, dataset, args)
 
 
 def train_init_model(

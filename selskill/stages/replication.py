@@ -9,6 +9,11 @@ Every piece is an ordinary round of an ordinary experiment, so it resumes like a
 - pair-set ablations (the paper's Table 2: episode only, entropy-local only, skill-call-local
   only, SelSkill n=1 / n=3 / n=all) reuse the main line's round-1 pairs and retrain at a
   matched pair count (`train_max_pairs` = the smallest variant's count);
+- the SFT-on-wins baseline (`sft-wins`: rejection-sampling fine-tuning, `train_objective:
+  sft_wins`) reuses the main line's round-1 samples and fine-tunes round 0's policy on their
+  clean wins instead of DPO on pairs (its round runs no branch, fork or label), so SelSkill's
+  DPO is compared with the simplest alternative on the same rollouts; its table row shows the
+  wins it trained on where the pair variants show their pairs;
 - branching ablations (Tables 10-11: entropy / random / all-skill) reuse the main line's
   round-1 samples and rerun branch -> fork -> label -> train -> eval with another
   `branch_strategy`; a strategy whose round yields no trainable pair is reported with its
@@ -44,12 +49,15 @@ PAIR_VARIANTS: dict[str, dict[str, str]] = {
     "n3": {"train_window_n": "3"},
     "nall": {"train_window_n": "all"},
 }
+# trained on the round's own wins instead of pairs; reported beside the pair variants
+SFT_VARIANTS: dict[str, dict[str, str]] = {"sft-wins": {"train_objective": "sft_wins"}}
 BRANCH_VARIANTS: dict[str, dict[str, str]] = {
     "branch-random": {"branch_strategy": "random"},
     "branch-all_skill": {"branch_strategy": "all_skill"},
 }
 SHARED_FOR_PAIRS = ("sample", "branch", "fork", "label")
 SHARED_FOR_BRANCHING = ("sample",)
+SHARED_FOR_SFT = ("sample",)
 
 
 def _args(overrides: dict[str, str]) -> list[str]:
@@ -121,8 +129,11 @@ def summary_rows(runs_dir: str, main: str, split: str = "valid_seen") -> dict:
     def row(exp: str, r: int) -> dict:
         m, headroom = _metrics(runs_dir, exp, r, split)
         m = m or {}
-        stats_path = round_dir(runs_dir, exp, r) / "train" / "pairs_stats.json"
+        train = round_dir(runs_dir, exp, r) / "train"
+        stats_path = train / "pairs_stats.json"
         trained = json.loads(stats_path.read_text()).get("trained", {}) if stats_path.is_file() else {}
+        wins_path = train / "wins_stats.json"  # train_objective sft_wins: the episodes and tokens trained
+        wins = json.loads(wins_path.read_text()) if wins_path.is_file() else None
         y = _yield(runs_dir, exp, r) if r else {}
         return {
             "exp": exp,
@@ -130,6 +141,7 @@ def summary_rows(runs_dir: str, main: str, split: str = "valid_seen") -> dict:
             "metrics": {k: m.get(k) for k in METRICS} | {"episodes": m.get("episodes")},
             "ci": m.get("ci", {}),
             "pairs_trained": trained,
+            "wins_trained": wins,
             "pairs_per_task": y.get("pairs_per_task"),
             "invoke_preferred_share": y.get("invoke_preferred_share"),
             "headroom": headroom,
@@ -138,7 +150,7 @@ def summary_rows(runs_dir: str, main: str, split: str = "valid_seen") -> dict:
     return {
         "split": split,
         "main": [row(main, r) for r in (0, 1, 2)],
-        "pairs": {name: row(f"{main}-{name}", 1) for name in PAIR_VARIANTS},
+        "pairs": {name: row(f"{main}-{name}", 1) for name in (*PAIR_VARIANTS, *SFT_VARIANTS)},
         "branching": {"branch-entropy": row(main, 1)}
         | {name: row(f"{main}-{name}", 1) for name in BRANCH_VARIANTS},
     }
@@ -235,11 +247,15 @@ def to_markdown(summary: dict) -> str:
         v = (r["pairs_per_task"] or {}).get("local")
         return "-" if v is None else f"{v:.2f}"
 
+    def trained_on(r: dict) -> str:
+        if r["wins_trained"]:
+            return f"{r['wins_trained']['trained']} wins"
+        n = sum(r["pairs_trained"].values())
+        return f"{n} pairs" if n else "-"
+
     labels = [LABELS[k] for k in METRICS]
     main = [[("init" if r["round"] == 0 else f"R{r['round']}"), *cells(r)] for r in summary["main"]]
-    pairs = [
-        [name, sum(r["pairs_trained"].values()) or "-", *cells(r)] for name, r in summary["pairs"].items()
-    ]
+    pairs = [[name, trained_on(r), *cells(r)] for name, r in summary["pairs"].items()]
     branching = [
         [
             name.removeprefix("branch-"),
@@ -253,8 +269,8 @@ def to_markdown(summary: dict) -> str:
     sections = [
         (f"Main line ({split})", ["Model", *labels], main),
         (
-            f"Round-1 pair ablations, matched pair counts ({split})",
-            ["Variant", "pairs trained", *labels],
+            f"Round-1 pair ablations, matched pair counts, and SFT on the same samples' wins ({split})",
+            ["Variant", "trained on", *labels],
             pairs,
         ),
         (
@@ -277,7 +293,7 @@ def run_replication(argv: list[str], ablations: bool = True) -> dict:
         run_round(load_recipe(argv + ["--round", str(r)]))
     if recipe.train.dry_run:  # the ablations are sized from round 1's pairs, which a dry run does not make
         if ablations:
-            names = ", ".join(f"{main}-{n}" for n in (*PAIR_VARIANTS, *BRANCH_VARIANTS))
+            names = ", ".join(f"{main}-{n}" for n in (*PAIR_VARIANTS, *SFT_VARIANTS, *BRANCH_VARIANTS))
             print(f"then round 1 again as the ablations {names}, from round 1's pairs")
         return {}
     if ablations:
@@ -294,17 +310,20 @@ def run_replication(argv: list[str], ablations: bool = True) -> dict:
             link_shared(runs_dir, main, f"{main}-{name}", SHARED_FOR_PAIRS)
             args = base + _args(overrides | {"exp": f"{main}-{name}", "train_max_pairs": str(matched)})
             run_round(load_recipe(args))
-        for name, overrides in BRANCH_VARIANTS.items():
-            link_shared(runs_dir, main, f"{main}-{name}", SHARED_FOR_BRANCHING)
-            args = base + _args(overrides | {"exp": f"{main}-{name}"})
-            try:
-                run_round(load_recipe(args))
-            except NoTrainablePairs as exc:  # its pair yield is the result; the table shows no SR
-                logger.warning(f"skipping the training of {name}: {exc}")
+        for variants, shared in ((SFT_VARIANTS, SHARED_FOR_SFT), (BRANCH_VARIANTS, SHARED_FOR_BRANCHING)):
+            for name, overrides in variants.items():
+                link_shared(runs_dir, main, f"{main}-{name}", shared)
+                args = base + _args(overrides | {"exp": f"{main}-{name}"})
+                try:
+                    run_round(load_recipe(args))
+                except (
+                    NoTrainablePairs
+                ) as exc:  # its yield (pairs, or wins) is the result; the table shows no SR
+                    logger.warning(f"skipping the training of {name}: {exc}")
     summary = summary_rows(runs_dir, main)
     summary["paired_sr"] = paired_differences(runs_dir, main, summary["split"])
     summary["targets"] = check_targets(summary, summary["paired_sr"])
-    variants = [f"{main}-{n}" for n in (*PAIR_VARIANTS, *BRANCH_VARIANTS)]
+    variants = [f"{main}-{n}" for n in (*PAIR_VARIANTS, *SFT_VARIANTS, *BRANCH_VARIANTS)]
     summary["stage_seconds"] = stage_seconds(runs_dir, [main, *variants])
     summary["this_invocation_seconds"] = round(time.perf_counter() - started, 1)
     summary["code"] = code_version()

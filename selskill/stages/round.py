@@ -1,9 +1,10 @@
 """One SelSkill round end to end: the stage table (`selskill/stages/table.py`) through the recipe's executor.
 
 Round r samples with round r-1's model (round 1: the init policy, bootstrapped when the
-recipe has no model) and pairs are not accumulated across rounds. Every stage skips ranks
-that are already complete, so rerunning after a crash, with the same executor or another,
-finishes only what is missing. `executor: local` runs the ranks on this machine, `slurm`
+recipe has no model) and pairs are not accumulated across rounds; a round whose train stage
+fits its wins (`train_objective: sft_wins`) runs no branch, fork or label stage. Every stage
+skips ranks that are already complete, so rerunning after a crash, with the same executor or
+another, finishes only what is missing. `executor: local` runs the ranks on this machine, `slurm`
 submits one job array per stage, `ray` one task per rank (docs/design.md, "Executors").
 """
 
@@ -16,7 +17,7 @@ from selskill.data.layout import StageDir, resolve_round_policy, round_dir
 from selskill.data.stage_stats import collect_stats
 from selskill.executors import Executor, make_executor
 from selskill.metrics import sum_yields
-from selskill.stages.table import round_stages, run_entry
+from selskill.stages.table import recipe_stages, run_entry
 
 
 def run_round(recipe: Recipe, executor: Executor | None = None) -> dict | None:
@@ -31,7 +32,7 @@ def run_round(recipe: Recipe, executor: Executor | None = None) -> dict | None:
         print("the train stage's dry run:")
         dry_run(run, recipe.policy, recipe.train)
     executor = executor or make_executor(recipe)
-    executor.run(recipe, round_stages())
+    executor.run(recipe, recipe_stages(recipe))
     if not executor.waits:
         return None
     summary = round_summary(run)

@@ -112,7 +112,7 @@ class TrainStep(Step):
     (`argv`: how the processes `accelerate launch` starts receive the recipe)."""
 
     name = "train"
-    doc = "DPO on the round's pairs (accelerate parallelises it)"
+    doc = "DPO on the round's pairs, or SFT on its wins (train_objective); accelerate parallelises it"
     sharded = False
 
     run_config: RunConfig
@@ -143,6 +143,8 @@ class TrainStep(Step):
 
 STAGES: tuple[type[Step], ...] = (InitStep, SampleStep, BranchStep, ForkStep, LabelStep, TrainStep, EvalStep)
 BY_NAME = {s.name: s for s in STAGES}
+# the stages that only make pairs: a round whose train reads none (train_objective sft_wins) runs without them
+PAIR_STAGES = ("branch", "fork", "label")
 
 
 def round_stages(names: Sequence[str] | None = None) -> list[type[Step]]:
@@ -153,6 +155,14 @@ def round_stages(names: Sequence[str] | None = None) -> list[type[Step]]:
     if unknown:
         raise ValueError(f"unknown stage {', '.join(unknown)}; the stages are {', '.join(BY_NAME)}")
     return [s for s in STAGES if s.name in names]
+
+
+def recipe_stages(recipe: Recipe) -> list[type[Step]]:
+    """The stages a round of `recipe` runs, in table order: every one, but the pair-making ones when its train
+    stage fits the sample stage's wins (they would cost the forks and train nothing)."""
+    if recipe.train.train_objective == "sft_wins":
+        return [s for s in STAGES if s.name not in PAIR_STAGES]
+    return list(STAGES)
 
 
 def describe_only(recipe: Recipe, name: str, rank: int | None = None) -> None:

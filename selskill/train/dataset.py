@@ -26,8 +26,9 @@ STATS_FILE = "pairs_stats.json"
 
 
 class NoTrainablePairs(ValueError):
-    """The round's label stage left nothing to train on: the user's data, not a bug (the
-    replication skips an ablation variant that ends here instead of stopping the benchmark)."""
+    """The round left nothing to train on (no trainable pair; with `train_objective: sft_wins`, no clean
+    win): the user's data, not a bug (the replication skips an ablation variant that ends here instead
+    of stopping the benchmark)."""
 
 
 def _dataset_key(label_fingerprint: str, cfg) -> str:

@@ -1,8 +1,9 @@
 """The train stage's dry run (`--dry_run`): what training would do, with nothing loaded or written.
 
 It resolves the policy and the accelerate config, counts the pairs through the same verified
-reader and pair builder training uses when the label stage is there, and prints the batch
-size, the steps and the adapter, so a recipe is checked before it costs a GPU.
+reader and pair builder training uses when the label stage is there (with `train_objective:
+sft_wins`, the winning episodes of the sample stage, as `selskill.train.wins` selects them),
+and prints the batch size, the steps and the adapter, so a recipe is checked before it costs a GPU.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 from selskill.data.contract import StageRefused, read_stage
 from selskill.data.layout import StageDir, resolve_round_policy
 from selskill.data.shards import ShardError
+from selskill.train.inputs import upstream_of
 from selskill.train.launch import read_accelerate_config, under_launcher
 
 
@@ -36,15 +38,48 @@ def dry_run(run, policy, cfg, out=print) -> dict:
         info["policy"] = f"{model_path} ({source})"
     except FileNotFoundError as exc:
         model_path, info["policy"] = None, f"not available yet: {exc}"
-    label = StageDir.of(run.runs_dir, run.exp, run.round, "label")
-    _count_pairs(info, label, run, cfg, model_path)
-    n = info["pairs"]
+    upstream = StageDir.of(run.runs_dir, run.exp, run.round, upstream_of(cfg)[0])
+    if cfg.train_objective == "sft_wins":
+        _count_wins(info, upstream, run, cfg)
+    else:
+        _count_pairs(info, upstream, run, cfg, model_path)
+    n = info[_unit(cfg)]
     steps = count_steps(n, cfg, info["world_size"]) if n else (cfg.max_steps if cfg.max_steps > 0 else None)
     info["steps"] = steps
     info["warmup_steps"] = cfg.get_warmup_steps(steps) if steps else None
     info["peft"] = peft_config(cfg)  # builds peft's LoraConfig: its own checks run here too
-    _print_plan(info, run, cfg, label, out)
+    _print_plan(info, run, cfg, upstream, out)
     return info
+
+
+def _unit(cfg) -> str:
+    """What a training row is: a pair, or with `sft_wins` a winning episode."""
+    return "wins" if cfg.train_objective == "sft_wins" else "pairs"
+
+
+def _read_complete(info: dict, stage: StageDir, kind: str, run, **kw):
+    """The rows of `stage` through the verified reader, or None (`info["upstream_problem"]` says why when it
+    is there but incomplete)."""
+    if not (stage.shard_files() or stage.completed_ranks()):
+        return None
+    try:
+        return read_stage(stage, kind, run.world_size, **kw)
+    except (FileNotFoundError, ShardError, StageRefused) as exc:
+        info["upstream_problem"] = str(exc)
+        return None
+
+
+def _count_wins(info: dict, sample: StageDir, run, cfg) -> None:
+    """`info["wins"]`: the winning episodes `train_objective: sft_wins` would train (None without a complete
+    sample stage)."""
+    from selskill.train.wins import COLUMNS, win_rows
+
+    info["wins"] = None
+    table = _read_complete(info, sample, "rollout", run, columns=COLUMNS)
+    if table is not None:
+        rows, stats = win_rows(table, cfg.max_length)  # an overflow is counted here, not refused
+        info["wins"] = len(rows)
+        info["row_report"] = stats.report()
 
 
 def _launch_info(cfg) -> dict:
@@ -70,13 +105,9 @@ def _launch_info(cfg) -> dict:
 
 def _count_pairs(info: dict, label: StageDir, run, cfg, model_path: str | None) -> None:
     """`info["pairs"]`: the pairs training would build from a complete label stage (None without one, and
-    `label_problem` says why when it is there but incomplete)."""
-    info["pairs"] = table = None
-    if label.shard_files() or label.completed_ranks():
-        try:  # the pairs training would read: through the same verified reader
-            table = read_stage(label, "pair", run.world_size)
-        except (FileNotFoundError, ShardError, StageRefused) as exc:
-            info["label_problem"] = str(exc)
+    `upstream_problem` says why when it is there but incomplete)."""
+    info["pairs"] = None
+    table = _read_complete(info, label, "pair", run)  # the pairs training would read, verified alike
     if table is None:
         return
     from selskill.train.pairs import build_from_config
@@ -88,10 +119,10 @@ def _count_pairs(info: dict, label: StageDir, run, cfg, model_path: str | None) 
         tokenizer = AutoTokenizer.from_pretrained(model_path)
     examples, stats = build_from_config(table, cfg, tokenizer)
     info["pairs"] = len(examples)
-    info["pair_report"] = stats.report()
+    info["row_report"] = stats.report()
 
 
-def _print_plan(info: dict, run, cfg, label: StageDir, out) -> None:
+def _print_plan(info: dict, run, cfg, upstream: StageDir, out) -> None:
     from selskill.train.lora import describe
 
     world = info["world_size"]
@@ -109,10 +140,20 @@ def _print_plan(info: dict, run, cfg, label: StageDir, out) -> None:
         f"  effective batch size: {info['effective_batch_size']} = {cfg.per_device_train_batch_size} per device x "
         f"{cfg.gradient_accumulation_steps} accumulation x {world} processes"
     )
+    loss = (
+        "SFT on the round's winning episodes (train_objective sft_wins)"
+        if cfg.train_objective == "sft_wins"
+        else f"{'+'.join(cfg.loss_type)} beta={cfg.beta}"
+    )
+    pairs = (
+        ""
+        if cfg.train_objective == "sft_wins"
+        else f"pairs {cfg.train_pair_kinds}, window n={cfg.train_window_n}, "
+    )
     out(
-        f"  loss: {'+'.join(cfg.loss_type)} beta={cfg.beta}, lr={cfg.learning_rate} {cfg.lr_scheduler_type.value}, "
+        f"  loss: {loss}, lr={cfg.learning_rate} {cfg.lr_scheduler_type.value}, "
         f"warmup {cfg.warmup_steps}, epochs {cfg.num_train_epochs}, max_length {cfg.max_length}, "
-        f"pairs {cfg.train_pair_kinds}, window n={cfg.train_window_n}, bf16 {cfg.bf16}"
+        f"{pairs}bf16 {cfg.bf16}"
         + (
             " (not supported on this machine: checked when training)"
             if getattr(cfg, "bf16_deferred", False)
@@ -121,15 +162,17 @@ def _print_plan(info: dict, run, cfg, label: StageDir, out) -> None:
         + f", gradient checkpointing {cfg.gradient_checkpointing}, precompute_ref_log_probs {cfg.precompute_ref_log_probs}"
         + f", prefix sharing {cfg.train_prefix_sharing}"
     )
-    out(f"  peft: {describe(info['peft'])}")
-    if info["pairs"] is None:
-        examples = ", ".join(f"{p} pairs -> {count_steps(p, cfg, world)}" for p in (500, 2000, 10000))
+    out(f"  peft: {describe(info['peft'], reference=cfg.train_objective == 'dpo')}")
+    unit = _unit(cfg)
+    if info[unit] is None:
+        examples = ", ".join(f"{p} {unit} -> {count_steps(p, cfg, world)}" for p in (500, 2000, 10000))
+        name = upstream.path.name
         why = (
-            f"the label stage is not complete: {info['label_problem']}"
-            if "label_problem" in info
-            else (f"no shards at {label.shards} yet")
+            f"the {name} stage is not complete: {info['upstream_problem']}"
+            if "upstream_problem" in info
+            else (f"no shards at {upstream.shards} yet")
         )
-        out(f"  pairs: {why}; steps: {examples}")
+        out(f"  {unit}: {why}; steps: {examples}")
     else:
-        out("  " + info["pair_report"].replace("\n", "\n  "))
+        out("  " + info["row_report"].replace("\n", "\n  "))
         out(f"  steps: {info['steps']} (warmup {info['warmup_steps']})")

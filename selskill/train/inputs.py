@@ -1,7 +1,9 @@
 """What a trained model depends on, as the train stage records it in `COMPLETED` and every checkpoint.
 
-The record is a `StageInputs` (`selskill.data.inputs`): the label shards' and the policy's
-fingerprints, the seed, `CODE_VERSION`, and every train key that changes what training computes.
+The record is a `StageInputs` (`selskill.data.inputs`): the fingerprints of the shards trained on
+(the label stage's pairs, or with `train_objective: sft_wins` the sample stage's episodes) and of
+the policy, the seed, `CODE_VERSION`, and every train key that changes what training computes,
+`train_objective` included (a switch retrains).
 A rerun compares its own record with the recorded one: equal, the work is reused; different, it
 is refused naming each key that differs (docs/design.md, "The train stage").
 """
@@ -13,6 +15,9 @@ from pathlib import Path
 
 from selskill.data.contract import changed_inputs
 from selskill.data.inputs import StageInputs
+
+# the stage each train_objective trains from, and the kind of its rows
+UPSTREAM = {"dpo": ("label", "pair"), "sft_wins": ("sample", "rollout")}
 
 CODE_VERSION = 1  # bump when a change alters what training computes (a complete round is then refused)
 
@@ -78,8 +83,13 @@ NOT_INPUT_PREFIXES = (
 )
 
 
+def upstream_of(cfg) -> tuple[str, str]:
+    """(the stage the round's training reads, the kind of its rows) for the section's `train_objective`."""
+    return UPSTREAM[cfg.train_objective]
+
+
 def train_inputs(cfg, model_path: str) -> StageInputs:
-    """What the trained model depends on: the label shards, the policy, the material train keys, the seed."""
+    """What the trained model depends on: the shards trained on, the policy, the material train keys, the seed."""
     keys = {f.name for f in dataclasses.fields(cfg)}
     not_inputs = NOT_INPUT_KEYS | {k for k in keys if k.startswith(NOT_INPUT_PREFIXES)}
     return StageInputs(
@@ -87,7 +97,7 @@ def train_inputs(cfg, model_path: str) -> StageInputs:
         cfg.seed,
         CODE_VERSION,
         policy=model_path,
-        upstream=("label",),
+        upstream=(upstream_of(cfg)[0],),
         not_inputs=frozenset(not_inputs),
     )
 

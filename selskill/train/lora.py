@@ -31,8 +31,8 @@ def peft_config(cfg):
     return get_peft_config(cfg)
 
 
-def describe(peft) -> str:
-    """One line for the dry run and the log."""
+def describe(peft, reference: bool = True) -> str:
+    """One line for the dry run and the log (`reference`: the objective has a reference model, as DPO does)."""
     if peft is None:
         return "off (full fine-tune)"
     targets = peft.target_modules
@@ -41,8 +41,9 @@ def describe(peft) -> str:
     return (
         f"LoRA r={peft.r} alpha={peft.lora_alpha} dropout={peft.lora_dropout} targets={targets or 'default'}"
         + (f" ({', '.join(extras)})" if extras else "")
-        + f"{', modules_to_save=' + ','.join(peft.modules_to_save) if peft.modules_to_save else ''}; the reference "
-        "is the starting policy with the adapter disabled; model/ gets the merged weights"
+        + f"{', modules_to_save=' + ','.join(peft.modules_to_save) if peft.modules_to_save else ''}; "
+        + ("the reference is the starting policy with the adapter disabled; " if reference else "")
+        + "model/ gets the merged weights"
     )
 
 

@@ -1,10 +1,14 @@
 """The train stage: round r's pair shards -> DPO -> runs/<exp>/round_<r>/train/{checkpoint-*, model/, COMPLETED}.
 
+With `train_objective: sft_wins` it reads the round's sample shards instead and fine-tunes on
+their winning episodes (`selskill.train.wins`, through the init's SFT in `selskill.train.sft`),
+writing the same outputs under the same contract; its counts go to `wins_stats.json`.
+
 The policy trained (and the reference) is round r-1's `train/model` (round 1: the recipe's
 `model_name_or_path`, else the run's init policy at round_0/train/model). Train follows the
 stage contract (docs/design.md, "The stage contract"): its main process holds
 `train/locks/00000.lock`, so a second train of the round is refused naming the holder; the
-label shards are read through the verified reader every stage uses; `COMPLETED` and every
+label (or sample) shards are read through the verified reader every stage uses; `COMPLETED` and every
 checkpoint record the run's inputs (`selskill.train.inputs`). A round with `COMPLETED` is
 skipped when they equal this run's and refused naming the keys that differ when not (`--redo`
 trains again). Rerunning resumes from the last complete checkpoint (`selskill.train.checkpoints`).
@@ -29,8 +33,9 @@ from selskill.data.layout import StageDir, check_model_source, resolve_round_pol
 from selskill.data.shards import write_json_atomic, write_text_atomic
 from selskill.train.checkpoints import Resume, checkpoint_dirs, record_inputs, resume_point
 from selskill.train.dataset import DATASET_DIR, STATS_FILE, load_train_dataset
-from selskill.train.inputs import refuse_changed, train_inputs
+from selskill.train.inputs import refuse_changed, train_inputs, upstream_of
 from selskill.train.wandb_run import WANDB_ID_FILE, finish_wandb, setup_wandb
+from selskill.train.wins import WINS_STATS_FILE, load_win_dataset
 
 logger = logging.getLogger(__name__)
 
@@ -60,11 +65,11 @@ def _train_locked(run, policy, cfg, state, stage: StageDir) -> None:
     from transformers import AutoTokenizer
 
     from selskill.train.lora import describe, peft_config
-    from selskill.train.trainer import SelSkillDPOTrainer
 
     model_path, source = resolve_round_policy(run, policy)
-    label = StageDir.of(run.runs_dir, run.exp, run.round, "label")
-    check_stage(label, run.world_size, "pair")
+    name, kind = upstream_of(cfg)
+    upstream = StageDir.of(run.runs_dir, run.exp, run.round, name)
+    check_stage(upstream, run.world_size, kind)
     check_model_source(model_path, f"the policy round {run.round} trains")
     inputs = train_inputs(cfg, model_path)
     record = inputs.record(stage)
@@ -82,45 +87,67 @@ def _train_locked(run, policy, cfg, state, stage: StageDir) -> None:
     peft = peft_config(cfg)
     if state.is_main_process:
         write_resolved_config(stage.config, run, policy, cfg)
-        logger.info(f"train: round {run.round} of {run.exp!r} from {model_path} ({source}) -> {stage.path}")
+        logger.info(
+            f"train ({cfg.train_objective}): round {run.round} of {run.exp!r} from {model_path} ({source}) -> {stage.path}"
+        )
         if peft is not None:
-            logger.info(f"train: {describe(peft)}")
+            logger.info(f"train: {describe(peft, reference=cfg.train_objective == 'dpo')}")
 
     tokenizer = AutoTokenizer.from_pretrained(model_path, trust_remote_code=policy.trust_remote_code)
-    dataset = load_train_dataset(run, cfg, label, record["label shards"], tokenizer, state, stage.path)
+    if cfg.train_objective == "sft_wins":
+        dataset = load_win_dataset(run, cfg, upstream, state.is_main_process, stage.path)
+        trained = {"episodes": len(dataset)}
+    else:
+        dataset = load_train_dataset(run, cfg, upstream, record["label shards"], tokenizer, state, stage.path)
+        trained = {"pairs": len(dataset)}
     setup_wandb(run, cfg, stage.path, state.is_main_process)
 
     start = time.time()
     recorded = {"fingerprint": fingerprint(record), "inputs": record}
-    trainer = SelSkillDPOTrainer(
-        model_path, args=cfg, train_dataset=dataset, processing_class=tokenizer, peft_config=peft
-    )
-    trainer.add_callback(record_inputs(recorded))
-    checkpoint = resume.checkpoint
-    result = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
-    _refuse_diverged(trainer, result)
+    checkpoint = str(resume.checkpoint) if resume.checkpoint else None
+    trainer, loss = _fit(cfg, model_path, dataset, tokenizer, peft, record_inputs(recorded), checkpoint)
+    _refuse_diverged(trainer, loss)
 
     lora = peft is not None
     _save_model(trainer, tokenizer, state, stage.path, model_path, policy.trust_remote_code, lora)
     if state.is_main_process:
         done = stage.path / COMPLETED
-        summary = _summary(trainer, result, state, stage.path, model_path, lora, resume, len(dataset), start)
-        write_json_atomic({**summary, **recorded}, done)
+        summary = _summary(trainer, loss, state, stage.path, model_path, lora, resume, start)
+        write_json_atomic({**summary, "objective": cfg.train_objective, **trained, **recorded}, done)
         logger.info(f"train: wrote {stage.path / MODEL_DIR} and {done}")
     state.wait_for_everyone()
     finish_wandb(cfg, state.is_main_process)
 
 
-def _refuse_diverged(trainer, result) -> None:
+def _fit(cfg, model_path: str, dataset, tokenizer, peft, callback, checkpoint: str | None) -> tuple:
+    """(the trainer, its mean training loss) of the section's objective, resumed from `checkpoint` if one."""
+    if cfg.train_objective == "sft_wins":
+        from selskill.train.sft import fit, sft_args
+
+        trainer, stats = fit(
+            model_path, tokenizer, dataset, sft_args(cfg), resume_from_checkpoint=checkpoint,
+            peft_config=peft, callbacks=[callback],
+        )  # fmt: skip
+        return trainer, stats["final_train_loss"]
+    from selskill.train.trainer import SelSkillDPOTrainer
+
+    trainer = SelSkillDPOTrainer(
+        model_path, args=cfg, train_dataset=dataset, processing_class=tokenizer, peft_config=peft
+    )
+    trainer.add_callback(callback)
+    return trainer, trainer.train(resume_from_checkpoint=checkpoint).training_loss
+
+
+def _refuse_diverged(trainer, loss: float) -> None:
     """Fail, in every process alike, when the trained weights or the mean loss are not finite: `COMPLETED`
-    would hand a model that computes nan to every later stage (the loss is checked at every step too)."""
+    would hand a model that computes nan to every later stage (the DPO loss is checked at every step too)."""
     import math
 
     import torch
 
-    from selskill.train.trainer import DIVERGED_FIX, TrainDiverged
+    from selskill.train.trainer import DIVERGED_FIX, TrainDiverged, nonfinite_weights
 
-    bad = trainer.nonfinite_weights()
+    bad = nonfinite_weights(trainer.model)
     count = torch.tensor([len(bad)], device=trainer.accelerator.device)
     total = int(trainer.accelerator.reduce(count, reduction="sum").item())
     if total:
@@ -129,8 +156,8 @@ def _refuse_diverged(trainer, result) -> None:
             f"train: {total} trained parameter tensor{'s' if total > 1 else ''} hold nan or inf after step "
             f"{trainer.state.global_step}{named}: the training diverged; {DIVERGED_FIX}"
         )
-    if not math.isfinite(result.training_loss):
-        raise TrainDiverged(f"train: the mean training loss is {result.training_loss}: {DIVERGED_FIX}")
+    if not math.isfinite(loss):
+        raise TrainDiverged(f"train: the mean training loss is {loss}: {DIVERGED_FIX}")
 
 
 def _reuse_completed(run, stage: StageDir, inputs, record: dict, is_main: bool) -> bool:
@@ -165,6 +192,7 @@ def _remove_outputs(stage_path: Path) -> None:
         stage_path / ADAPTER_DIR,
         stage_path / DATASET_DIR,
         stage_path / STATS_FILE,
+        stage_path / WINS_STATS_FILE,
         stage_path / WANDB_ID_FILE,
     ]
     for p in [*old, *checkpoint_dirs(stage_path)]:
@@ -202,13 +230,12 @@ def _save_model(
 
 def _summary(
     trainer,
-    result,
+    loss: float,
     state,
     stage_path: Path,
     model_path: str,
     lora: bool,
     resume: Resume,
-    pairs: int,
     start: float,
 ) -> dict:
     """What `COMPLETED` says about the training (besides its inputs)."""
@@ -220,14 +247,13 @@ def _summary(
         "adapter": str(stage_path / ADAPTER_DIR) if lora else None,
         "policy_source": model_path,
         "global_step": trainer.state.global_step,
-        "train_loss": result.training_loss,  # mean over train_loss_steps (this process's steps)
+        "train_loss": loss,  # mean over train_loss_steps (this process's steps)
         "train_loss_steps": trainer.state.global_step - resume.step,
         "resumed_from": str(resume.checkpoint) if resume.checkpoint else None,
         "resumed_at_step": resume.step,
         "first_logged_loss": losses[0] if losses else None,
         "last_logged_loss": losses[-1] if losses else None,
         "logged_losses": losses,
-        "pairs": pairs,
         "world_size": state.num_processes,
         "distributed_type": str(trainer.accelerator.distributed_type.value),
         "zero_stage": getattr(trainer.accelerator.state.deepspeed_plugin, "zero_stage", None),

@@ -54,6 +54,17 @@ DIVERGED_FIX = (
 )
 
 
+def nonfinite_weights(model) -> list[str]:
+    """The trained parameters holding a nan or inf in this process (with ZeRO-3, its partition), in one
+    device sync: a last step can break the weights with a finite loss. Any trainer's model (DPO or SFT)."""
+    named = [(name, getattr(p, "ds_tensor", p)) for name, p in model.named_parameters() if p.requires_grad]
+    named = [(name, t) for name, t in named if t.numel()]
+    if not named:
+        return []
+    finite = torch.stack([torch.isfinite(t.detach()).all() for _, t in named]).tolist()
+    return [name for (name, _), ok in zip(named, finite, strict=True) if not ok]
+
+
 @dataclass
 class MaskedPreferenceCollator(DataCollatorForPreference):
     """DataCollatorForPreference whose `completion_mask` is the row's loss mask instead of all-ones.
@@ -236,18 +247,6 @@ class SelSkillDPOTrainer(DPOTrainer):
                 f"train: the loss is {loss.detach().float().mean().item()} at step {self.state.global_step + 1} "
                 f"(beta {self.beta}, learning_rate {self.args.learning_rate}): the training diverged; {DIVERGED_FIX}"
             )
-
-    def nonfinite_weights(self) -> list[str]:
-        """The trained parameters holding a nan or inf in this process (with ZeRO-3, its partition), in one
-        device sync: a last step can break the weights with a finite loss."""
-        named = [
-            (name, getattr(p, "ds_tensor", p)) for name, p in self.model.named_parameters() if p.requires_grad
-        ]
-        named = [(name, t) for name, t in named if t.numel()]
-        if not named:
-            return []
-        finite = torch.stack([torch.isfinite(t.detach()).all() for _, t in named]).tolist()
-        return [name for (name, _), ok in zip(named, finite, strict=True) if not ok]
 
     def _log_per_kind(self, kinds: torch.Tensor, inputs: dict) -> None:
         policy, ref = self._capture["policy"], self._capture["ref"]
