@@ -162,3 +162,29 @@ def test_the_round_summary_shows_the_paired_sr_difference(runs):
     text = format_summary(summary)
     assert "ΔSR R1 - init valid_seen (same 4 games, paired 95% CI): +25.0 [" in text
     assert "SR=75.0 [" in text  # metrics carry their bootstrap interval
+
+
+def test_the_targets_check_the_init_profile_the_round_and_the_baselines():
+    from selskill.stages.replication import check_targets
+
+    def row(r, sr, calls, prec, steps, headroom=None):
+        return {"round": r, "metrics": {"sr": sr, "skill_per_ep": calls, "exec_prec": prec, "avg_steps": steps},
+                "headroom": headroom}  # fmt: skip
+
+    summary = {
+        "main": [
+            row(0, 0.40, 2.5, 0.70, 12.0, {"sr_with": 0.40, "sr_without": 0.45}),
+            row(1, 0.47, 1.0, 0.85, 10.0),
+            row(2, 0.46, 0.8, 0.9, 9.5),
+        ],
+        "pairs": {"episode-only": row(1, 0.41, 2, 0.7, 12), "sft-wins": row(1, 0.50, 2, 0.7, 12)},
+    }
+    paired = {"R1-init": {"diff": 0.07, "ci": [0.02, 0.12]}}
+    t = check_targets(summary, paired, unseen={"diff": -0.01, "ci": [-0.05, 0.03]})
+    assert t["init_sr_without_skills_at_least_40"] and t["init_sr_with_skills_within_minus10_plus5_of_without"]
+    assert t["init_skill_per_ep_at_least_2"] and t["init_exec_prec_at_most_75"]
+    assert t["r1_sr_up_5_points_paired_ci_above_0"] and t["r1_exec_prec_up_10_points"]
+    assert t["r1_skill_per_ep_down"] and t["r1_avg_steps_down"]
+    assert t["r1_valid_unseen_not_down"] is False and t["r2_sr_at_least_r1"] is False
+    assert t["selskill_sr_at_least_episode_only"] and t["selskill_sr_at_least_sft_wins"] is False
+    assert t["selskill_sr_at_least_entropy_local_only"] is None  # not measured

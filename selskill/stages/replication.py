@@ -182,23 +182,47 @@ def paired_differences(runs_dir: str, main: str, split: str) -> dict:
     return out
 
 
-def check_targets(summary: dict, paired: dict) -> dict:
-    """The issue's targets on the main line, each True/False (None where a number is missing)."""
+def check_targets(summary: dict, paired: dict, unseen: dict | None = None) -> dict:
+    """The targets, each True/False (None where a number is missing): the init's starting profile
+    (the paper's: it wins without its skills and calls them too often), what round 1 does to it, and
+    SelSkill against each single pair kind and against SFT on the round's wins at the same rollouts.
+    `unseen`: R1 - init paired on the second held-out split."""
     m = {r["round"]: r["metrics"] for r in summary["main"]}
+    init_headroom = summary["main"][0].get("headroom") or {}
 
     def delta(key, a=0, b=1):
         x, y = m.get(a, {}).get(key), m.get(b, {}).get(key)
         return None if x is None or y is None else y - x
 
+    def check(value, test):
+        return None if value is None else bool(test(value))
+
+    def variant_sr(name):
+        return (summary["pairs"].get(name) or {}).get("metrics", {}).get("sr")
+
     d = paired.get("R1-init") or {}
-    sr_up = None if d.get("diff") is None else bool(d["diff"] >= 0.05 and d["ci"][0] > 0)
+    with_, without = init_headroom.get("sr_with"), init_headroom.get("sr_without")
+    gap = None if with_ is None or without is None else with_ - without
+    r1_sr = m.get(1, {}).get("sr")
     out = {
-        "r1_sr_up_5_points_paired_ci_above_0": sr_up,
-        "r1_exec_prec_up_15_points": None if delta("exec_prec") is None else delta("exec_prec") >= 0.15,
-        "r1_skill_per_ep_down": None if delta("skill_per_ep") is None else delta("skill_per_ep") < 0,
-        "r1_avg_steps_down": None if delta("avg_steps") is None else delta("avg_steps") < 0,
-        "r2_sr_at_least_r1": None if delta("sr", 1, 2) is None else delta("sr", 1, 2) >= 0,
+        "init_sr_without_skills_at_least_40": check(without, lambda v: v >= 0.40),
+        "init_sr_with_skills_within_minus10_plus5_of_without": check(gap, lambda v: -0.10 <= v <= 0.05),
+        "init_skill_per_ep_at_least_2": check(m.get(0, {}).get("skill_per_ep"), lambda v: v >= 2),
+        "init_exec_prec_at_most_75": check(m.get(0, {}).get("exec_prec"), lambda v: v <= 0.75),
+        "r1_sr_up_5_points_paired_ci_above_0": None
+        if d.get("diff") is None
+        else bool(d["diff"] >= 0.05 and d["ci"][0] > 0),
+        "r1_exec_prec_up_10_points": check(delta("exec_prec"), lambda v: v >= 0.10),
+        "r1_skill_per_ep_down": check(delta("skill_per_ep"), lambda v: v < 0),
+        "r1_avg_steps_down": check(delta("avg_steps"), lambda v: v < 0),
+        "r1_valid_unseen_not_down": check((unseen or {}).get("diff"), lambda v: v >= 0),
+        "r2_sr_at_least_r1": check(delta("sr", 1, 2), lambda v: v >= 0),
     }
+    for name in ("episode-only", "entropy-local-only", "sft-wins"):
+        other = variant_sr(name)
+        out[f"selskill_sr_at_least_{name.replace('-', '_')}"] = (
+            None if other is None or r1_sr is None else bool(r1_sr >= other)
+        )
     return out
 
 
@@ -322,7 +346,9 @@ def run_replication(argv: list[str], ablations: bool = True) -> dict:
                     logger.warning(f"skipping the training of {name}: {exc}")
     summary = summary_rows(runs_dir, main)
     summary["paired_sr"] = paired_differences(runs_dir, main, summary["split"])
-    summary["targets"] = check_targets(summary, summary["paired_sr"])
+    unseen = paired_sr_between(runs_dir, main, 0, 1).get("valid_unseen")
+    summary["paired_sr_valid_unseen"] = unseen
+    summary["targets"] = check_targets(summary, summary["paired_sr"], unseen)
     variants = [f"{main}-{n}" for n in (*PAIR_VARIANTS, *SFT_VARIANTS, *BRANCH_VARIANTS)]
     summary["stage_seconds"] = stage_seconds(runs_dir, [main, *variants])
     summary["this_invocation_seconds"] = round(time.perf_counter() - started, 1)
