@@ -25,6 +25,7 @@ and the expert continues from wherever the call left it. Rates (`DemoMix` defaul
 | `find_second_object` | pick_two, after the first object is placed | 0.6 |
 | random memory skill (`systematic_search`, `common_mistakes`, `recovery_strategy`, `pick_and_place`) | any other turn, per turn | 0.03 |
 | (no skill) a wrong move: `go to` a receptacle that does not exist, one already searched, or the one the agent is at | any other turn, per turn | 0.1 |
+| (no skill listed) the whole game by the expert alone, in the `no_skills` evaluation's prompt | per game | 0.5 |
 
 The wrong moves are there so that the policy sees what follows a mistake: a small policy
 trained only on flawless play meets "Nothing happens." for the first time at sampling time
