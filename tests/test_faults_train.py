@@ -338,3 +338,58 @@ def test_a_refusal_is_a_stage_refused(runs):
     _train(runs)
     with pytest.raises(StageRefused, match="learning_rate"):
         _train(runs, "--learning_rate", "3e-3")
+
+
+# --- a removal killed midway is finished by the next run --------------------------------------------------
+
+
+class Killed(BaseException):
+    """What a SIGKILL is to the code it stops: nothing after it runs (no `except Exception` catches it)."""
+
+
+def _kill_at(monkeypatch, name: str, call: str) -> None:
+    """The next `os.<call>` of a file or folder called `name` is the process's last (a delete does its work)."""
+    real = getattr(os, call)
+
+    def killed(src, *args, **kwargs):
+        if Path(src).name != name:
+            return real(src, *args, **kwargs)
+        monkeypatch.setattr(os, call, real)
+        if call == "unlink":
+            real(src, *args, **kwargs)
+        raise Killed(f"killed at {call}({src})")
+
+    monkeypatch.setattr(os, call, killed)
+
+
+@pytest.mark.parametrize(
+    "at", [("dataset", "replace"), ("dataset_info.json", "unlink")], ids=["moving", "deleting"]
+)
+def test_a_redo_killed_while_it_removes_the_outputs_is_finished_by_the_next_run(
+    runs, capsys, monkeypatch, at
+):
+    train = _train(runs)
+    _kill_at(monkeypatch, *at)
+    with pytest.raises(Killed):
+        _train(runs, "--redo", "true")
+    monkeypatch.undo()
+    assert not (train / "COMPLETED").exists()
+    capsys.readouterr()
+    _train(runs)  # without --redo: the rerun a person types after the kill
+    err = capsys.readouterr().err
+    finished = [line for line in err.splitlines() if "finished removing" in line]
+    assert len(finished) == 1 and "dataset" in finished[0] and "checkpoint-2" in finished[0], err
+    done = _completed(runs)
+    assert done["resumed_from"] is None and done["global_step"] == 2  # the redo's fresh start
+    assert not list(train.glob(".trash-*")) and (train / "model").is_dir()
+
+
+def test_a_half_deleted_dataset_is_built_again_with_one_line(runs, capsys):
+    train = _train(runs)
+    (train / "COMPLETED").unlink()
+    (train / "dataset" / "state.json").unlink()  # what deleting it file by file left when killed
+    capsys.readouterr()
+    _train(runs)  # was: "Directory .../dataset is neither a Dataset directory nor a DatasetDict directory"
+    err = capsys.readouterr().err
+    assert f"train: {train / 'dataset'} is incomplete (no readable state.json;" in err, err
+    assert _completed(runs)["pairs"] == 8

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
 import time
 from contextlib import nullcontext
 from pathlib import Path
@@ -26,6 +25,7 @@ from pathlib import Path
 from selskill.data.contract import check_stage, hold_lock
 from selskill.data.inputs import fingerprint
 from selskill.data.layout import StageDir, check_model_source, resolve_round_policy
+from selskill.data.removal import finish_removals, remove_outputs, replace_output
 from selskill.data.shards import write_json_atomic, write_text_atomic
 from selskill.train.checkpoints import Resume, checkpoint_dirs, record_inputs, resume_point
 from selskill.train.dataset import DATASET_DIR, STATS_FILE, load_train_dataset
@@ -68,6 +68,9 @@ def _train_locked(run, policy, cfg, state, stage: StageDir) -> None:
     check_model_source(model_path, f"the policy round {run.round} trains")
     inputs = train_inputs(cfg, model_path)
     record = inputs.record(stage)
+    if state.is_main_process:  # a `--redo` killed while it removed the outputs is finished first
+        finish_removals(stage.path, lambda line: logger.info(f"train: {line}"))
+    state.wait_for_everyone()
     if _reuse_completed(run, stage, inputs, record, state.is_main_process):
         return
     if state.is_main_process:
@@ -133,7 +136,9 @@ def _reuse_completed(run, stage: StageDir, inputs, record: dict, is_main: bool) 
 
 
 def _remove_outputs(stage_path: Path) -> None:
-    """What a `--redo` replaces: the marker, the model and adapter, the dataset, the wandb run, the checkpoints."""
+    """What a `--redo` replaces: the marker (first), the model and adapter, the dataset, the wandb run, the
+    checkpoints; all set aside at once, so a kill leaves them in place or half-removed, which the next run
+    finishes (`selskill.data.removal`)."""
     from selskill.train.lora import ADAPTER_DIR
 
     old = [
@@ -144,8 +149,7 @@ def _remove_outputs(stage_path: Path) -> None:
         stage_path / STATS_FILE,
         stage_path / WANDB_ID_FILE,
     ]
-    for p in [*old, *checkpoint_dirs(stage_path)]:
-        shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+    remove_outputs([*old, *checkpoint_dirs(stage_path)], "redo")
 
 
 def _save_model(
@@ -158,8 +162,7 @@ def _save_model(
     tmp = stage_path / f"{MODEL_DIR}.tmp"
     saved = stage_path / f"{ADAPTER_DIR}.tmp" if lora else tmp  # what the Trainer saves
     if state.is_main_process:
-        for p in {tmp, saved}:
-            shutil.rmtree(p, ignore_errors=True)  # left by a save that crashed
+        remove_outputs(sorted({tmp, saved}), "save")  # left by a save that crashed
     state.wait_for_everyone()
     trainer.save_model(str(saved))  # every rank: ZeRO-3 gathers the weights (with LoRA, the adapter's)
     state.wait_for_everyone()
@@ -170,11 +173,8 @@ def _save_model(
         base_dtype = trainer.accelerator.unwrap_model(trainer.model).get_base_model().dtype
         merge_adapter(model_path, saved, tmp, base_dtype, trust_remote_code)
         tokenizer.save_pretrained(str(tmp))  # with LoRA, model/ is the base with the adapter merged in
-        shutil.rmtree(stage_path / ADAPTER_DIR, ignore_errors=True)
-        saved.rename(stage_path / ADAPTER_DIR)
-    final = stage_path / MODEL_DIR
-    shutil.rmtree(final, ignore_errors=True)
-    tmp.rename(final)
+        replace_output(saved, stage_path / ADAPTER_DIR, "save")
+    replace_output(tmp, stage_path / MODEL_DIR, "save")
 
 
 def _summary(
