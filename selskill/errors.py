@@ -53,6 +53,23 @@ class ExplainedError(RuntimeError):
             self.status = status
 
 
+DISK_FULL_WORDS = ("No space left on device", "os error 28", "Disk quota exceeded", "os error 122")
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """Whether `exc`, or an error it was raised from, is a full disk or an exceeded quota: safetensors and
+    torch write through their own code and say so only in their message (`... (os error 28)`)."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        if any(word in str(exc) for word in DISK_FULL_WORDS):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
 def error_message(exc: BaseException | str) -> str:
     """The message of `exc` as an entry point prints it; an OSError names its file first."""
     if isinstance(exc, str):

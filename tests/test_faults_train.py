@@ -393,3 +393,22 @@ def test_a_half_deleted_dataset_is_built_again_with_one_line(runs, capsys):
     err = capsys.readouterr().err
     assert f"train: {train / 'dataset'} is incomplete (no readable state.json;" in err, err
     assert _completed(runs)["pairs"] == 8
+
+
+# --- a full disk names what it was writing ----------------------------------------------------------------
+
+
+def test_a_full_disk_during_a_checkpoint_save_is_one_line_naming_the_folder(runs, capsys, monkeypatch):
+    import transformers.modeling_utils as modeling
+    from safetensors import SafetensorError
+
+    def full(*args, **kwargs):
+        raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+
+    monkeypatch.setattr(modeling, "safe_save_file", full)
+    rc, err = _cli_train(runs, capsys)  # was: 58 lines ending in the SafetensorError
+    ckpt = runs / "t" / "round_1" / "train" / "checkpoint-1"
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert rc == 1 and "Traceback" not in err and err.strip().splitlines()[-1:] == errors, err
+    assert errors[0].startswith(f"error: {ckpt}: cannot write: No space left on device. Free space"), err
+    assert "--runs_dir" in errors[0]

@@ -19,7 +19,8 @@ from __future__ import annotations
 import json
 import logging
 import time
-from contextlib import nullcontext
+from collections.abc import Callable
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 from selskill.data.contract import check_stage, hold_lock
@@ -27,6 +28,7 @@ from selskill.data.inputs import fingerprint
 from selskill.data.layout import StageDir, check_model_source, resolve_round_policy
 from selskill.data.removal import finish_removals, remove_outputs, replace_output
 from selskill.data.shards import write_json_atomic, write_text_atomic
+from selskill.errors import ExplainedError, is_disk_full
 from selskill.train.checkpoints import Resume, checkpoint_dirs, record_inputs, resume_point
 from selskill.train.dataset import DATASET_DIR, STATS_FILE, load_train_dataset
 from selskill.train.inputs import refuse_changed, train_inputs
@@ -58,6 +60,7 @@ def run_train(run, policy, cfg) -> Path:
 def _train_locked(run, policy, cfg, state, stage: StageDir) -> None:
     """Every input is verified (in every process: each reaches the same verdict) before anything is removed."""
     from transformers import AutoTokenizer
+    from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
     from selskill.train.lora import describe, peft_config
     from selskill.train.trainer import SelSkillDPOTrainer
@@ -90,7 +93,8 @@ def _train_locked(run, policy, cfg, state, stage: StageDir) -> None:
             logger.info(f"train: {describe(peft)}")
 
     tokenizer = AutoTokenizer.from_pretrained(model_path, trust_remote_code=policy.trust_remote_code)
-    dataset = load_train_dataset(run, cfg, label, record["label shards"], tokenizer, state, stage.path)
+    with _naming_a_full_disk(lambda: stage.path / f"{DATASET_DIR}.tmp"):
+        dataset = load_train_dataset(run, cfg, label, record["label shards"], tokenizer, state, stage.path)
     setup_wandb(run, cfg, stage.path, state.is_main_process)
 
     start = time.time()
@@ -100,10 +104,12 @@ def _train_locked(run, policy, cfg, state, stage: StageDir) -> None:
     )
     trainer.add_callback(record_inputs(recorded))
     checkpoint = resume.checkpoint
-    result = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    with _naming_a_full_disk(lambda: stage.path / f"{PREFIX_CHECKPOINT_DIR}-{trainer.state.global_step}"):
+        result = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
 
     lora = peft is not None
-    _save_model(trainer, tokenizer, state, stage.path, model_path, policy.trust_remote_code, lora)
+    with _naming_a_full_disk(lambda: stage.path / f"{MODEL_DIR}.tmp"):
+        _save_model(trainer, tokenizer, state, stage.path, model_path, policy.trust_remote_code, lora)
     if state.is_main_process:
         done = stage.path / COMPLETED
         summary = _summary(trainer, result, state, stage.path, model_path, lora, resume, len(dataset), start)
@@ -111,6 +117,23 @@ def _train_locked(run, policy, cfg, state, stage: StageDir) -> None:
         logger.info(f"train: wrote {stage.path / MODEL_DIR} and {done}")
     state.wait_for_everyone()
     finish_wandb(cfg, state.is_main_process)
+
+
+@contextmanager
+def _naming_a_full_disk(writing: Callable[[], Path]):
+    """A full disk while train writes `writing()` ends on one line naming it and the fix: safetensors' and
+    torch's errors name no file, and the Trainer's traceback buries them under fifty lines."""
+    try:
+        yield
+    except Exception as exc:
+        if not is_disk_full(exc):
+            raise
+        raise ExplainedError(
+            f"{writing()}: cannot write: No space left on device. Free space on that filesystem (older rounds' "
+            "checkpoint-* folders can go; save_total_limit keeps fewer), or move runs_dir to one with room and "
+            "pass --runs_dir; then rerun: train resumes from its last complete checkpoint",
+            status=1,
+        ) from exc
 
 
 def _reuse_completed(run, stage: StageDir, inputs, record: dict, is_main: bool) -> bool:
