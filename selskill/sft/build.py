@@ -17,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import shutil
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -299,7 +298,7 @@ def save_init_policy(
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
     replace_output(tmp, out_dir, "init")
-    shutil.rmtree(work, ignore_errors=True)
+    remove_outputs([work], "init")
     timings["total_seconds"] = round(time.perf_counter() - t_all, 1)
 
     stats = demos.report.stats()
