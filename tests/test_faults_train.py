@@ -410,5 +410,8 @@ def test_a_full_disk_during_a_checkpoint_save_is_one_line_naming_the_folder(runs
     ckpt = runs / "t" / "round_1" / "train" / "checkpoint-1"
     errors = [line for line in err.splitlines() if line.startswith("error:")]
     assert rc == 1 and "Traceback" not in err and err.strip().splitlines()[-1:] == errors, err
-    assert errors[0].startswith(f"error: {ckpt}: cannot write: No space left on device. Free space"), err
+    assert errors[0].startswith(f"error: {ckpt}: cannot write: No space left on device (SafetensorError: "), (
+        err
+    )
+    assert ". Free space on that filesystem" in errors[0]
     assert "--runs_dir" in errors[0]

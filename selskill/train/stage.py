@@ -128,10 +128,12 @@ def _naming_a_full_disk(writing: Callable[[], Path]):
     except Exception as exc:
         if not is_disk_full(exc):
             raise
+        said = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
         raise ExplainedError(
-            f"{writing()}: cannot write: No space left on device. Free space on that filesystem (older rounds' "
-            "checkpoint-* folders can go; save_total_limit keeps fewer), or move runs_dir to one with room and "
-            "pass --runs_dir; then rerun: train resumes from its last complete checkpoint",
+            f"{writing()}: cannot write: No space left on device ({type(exc).__name__}: {said}). Free space on "
+            "that filesystem (older rounds' checkpoint-* folders can go; save_total_limit keeps fewer), or move "
+            "runs_dir to one with room and pass --runs_dir; then rerun: train resumes from its last complete "
+            "checkpoint",
             status=1,
         ) from exc
 
