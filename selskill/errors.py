@@ -12,15 +12,25 @@ and failed (`StageFailed`: ranks that raised; any other `OSError`, such as a ful
 which names the file). An error that stands for a relaunched process carries that process's
 status (`status=`), so the same bad input exits 2 however it was reached. A module of an extra the install lacks exits 2 naming the extra to
 add. Any other exception is a bug and keeps its traceback.
+
+Ctrl-C ends the same way: one line, exit status 130. Only the entry point's own process sees
+it: the processes it starts for ranks or episodes are started with SIGINT blocked
+(`start_shielded`), and the process that started them stops them, so a terminal's Ctrl-C
+prints no traceback from any of them.
 """
 
 from __future__ import annotations
 
 import errno
+import signal
 import sys
 from collections.abc import Callable
 
 BAD_INPUT = (ValueError, FileNotFoundError, FileExistsError)
+INTERRUPTED = 130  # the exit status of a process stopped by Ctrl-C, as a shell reports it
+INTERRUPTED_LINE = (
+    "interrupted: rerun the same command to resume (complete ranks and train checkpoints are kept)"
+)
 
 # top-level module -> the extra that installs it (pyproject.toml): a subcommand that needs a
 # package the install lacks says which extra to add instead of a traceback
@@ -51,6 +61,23 @@ class ExplainedError(RuntimeError):
         super().__init__(*args)
         if status is not None:
             self.status = status
+
+
+DISK_FULL_WORDS = ("No space left on device", "os error 28", "Disk quota exceeded", "os error 122")
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """Whether `exc`, or an error it was raised from, is a full disk or an exceeded quota: safetensors and
+    torch write through their own code and say so only in their message (`... (os error 28)`)."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        if any(word in str(exc) for word in DISK_FULL_WORDS):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
 class MissingPackage(ExplainedError, ImportError):
@@ -107,5 +134,30 @@ def run_main(main: Callable[[], int | None], out=None) -> int:
             if extra is not None
             else exc
         )
+    except OSError as exc:
+        status, error = 1, exc
+    except KeyboardInterrupt:
+        print(INTERRUPTED_LINE, file=out or sys.stderr, flush=True)
+        return INTERRUPTED
     print(f"error: {error_message(error)}", file=out or sys.stderr, flush=True)
     return status
+
+
+def start_shielded(process) -> None:
+    """`process.start()` with SIGINT blocked, which the child keeps: a terminal's Ctrl-C, sent to every
+    process of the foreground group, reaches only the process that started it, which stops its children.
+
+    A blocked signal stays pending here and is raised once the start is done, so none is lost. The
+    resource tracker is started first: starting it unblocks SIGINT (`multiprocessing.resource_tracker`).
+    """
+    if not hasattr(signal, "pthread_sigmask"):
+        process.start()
+        return
+    from multiprocessing import resource_tracker
+
+    resource_tracker.ensure_running()
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        process.start()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)

@@ -426,3 +426,72 @@ def test_a_relaunched_train_stage_refused_for_its_input_exits_2_as_selskill_trai
     assert "error: the train stage exited with status 2 (its error is above)" in capsys.readouterr().err
     with pytest.raises(ValueError, match="the train stage is one job"):
         TrainStep.of(recipe).run(1, 2)
+
+
+# --- a dead worker and Ctrl-C -----------------------------------------------------------------------------
+
+
+def _toy_recipe(runs: Path, **modes: str):
+    runs.mkdir(parents=True, exist_ok=True)
+    for rank, mode in modes.items():
+        (runs / f"mode-{rank[1:]}").write_text(mode)
+    return ["--config", str(ROOT / "recipes" / "tiny.yaml"), "--runs_dir", str(runs), "--world_size", "2"]
+
+
+def test_a_killed_worker_fails_its_rank_alone_and_its_sibling_finishes(tmp_path):
+    from executor_steps import ToyStep
+
+    from selskill.executors import StageFailed
+
+    runs = tmp_path / "runs"
+    recipe = load_recipe(_toy_recipe(runs, r0="die", r1="after-0"))
+    with pytest.raises(
+        StageFailed, match=r"toy: the worker process of rank 0 was killed by SIGKILL \(out of memory\?\)"
+    ):
+        LocalExecutor(workers=0).run(recipe, [ToyStep])
+    assert (runs / "done-1").exists()  # was: BrokenProcessPool, and rank 1 terminated with it
+
+
+INTERRUPTED_SCRIPT = """
+import sys
+sys.path.insert(0, {tests!r})
+from executor_steps import ToyStep
+from selskill.config import load_recipe
+from selskill.errors import run_main
+from selskill.executors.local import LocalExecutor
+
+if __name__ == "__main__":
+    sys.exit(run_main(lambda: LocalExecutor(workers=0).run(load_recipe({argv!r}), [ToyStep])))
+"""
+
+
+def test_ctrl_c_ends_on_one_line_and_each_rank_unwinds(tmp_path):
+    import signal
+    import time
+
+    from selskill.errors import INTERRUPTED_LINE
+
+    runs = tmp_path / "runs"
+    script = tmp_path / "toy_round.py"
+    argv = _toy_recipe(runs, r0="wait", r1="wait")
+    script.write_text(INTERRUPTED_SCRIPT.format(tests=str(ROOT / "tests"), argv=argv))
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, str(script)], env=env, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        deadline = time.time() + 600  # a spawned worker imports torch: slow on a loaded machine
+        while not all((runs / f"started-{r}").exists() for r in (0, 1)) and time.time() < deadline:
+            assert proc.poll() is None, proc.stderr.read()
+            time.sleep(0.05)
+        assert all((runs / f"started-{r}").exists() for r in (0, 1)), "the workers did not start"
+        os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C sends: every process of the group
+        _, err = proc.communicate(timeout=120)
+    finally:
+        (runs / "release").write_text("x")
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    lines = err.strip().splitlines()
+    assert proc.returncode == 130 and "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    assert lines[-1] == INTERRUPTED_LINE and err.count("interrupted") == 1, err
+    assert all((runs / f"unwound-{r}").exists() and not (runs / f"done-{r}").exists() for r in (0, 1))

@@ -413,3 +413,80 @@ def test_a_nonfinite_or_inverted_train_value_is_refused_before_anything_is_writt
     assert rc == 2 and len(err.strip().splitlines()) == 1, err  # before the stage logs anything
     assert f"{key} must be" in err and f"got {float(value)!r}" in err and f"--{key}" in err, err
     assert not (runs / "t" / "round_1" / "train").exists()
+
+
+# --- a removal killed midway is finished by the next run --------------------------------------------------
+
+
+class Killed(BaseException):
+    """What a SIGKILL is to the code it stops: nothing after it runs (no `except Exception` catches it)."""
+
+
+def _kill_at(monkeypatch, name: str, call: str) -> None:
+    """The next `os.<call>` of a file or folder called `name` is the process's last (a delete does its work)."""
+    real = getattr(os, call)
+
+    def killed(src, *args, **kwargs):
+        if Path(src).name != name:
+            return real(src, *args, **kwargs)
+        monkeypatch.setattr(os, call, real)
+        if call == "unlink":
+            real(src, *args, **kwargs)
+        raise Killed(f"killed at {call}({src})")
+
+    monkeypatch.setattr(os, call, killed)
+
+
+@pytest.mark.parametrize(
+    "at", [("dataset", "replace"), ("dataset_info.json", "unlink")], ids=["moving", "deleting"]
+)
+def test_a_redo_killed_while_it_removes_the_outputs_is_finished_by_the_next_run(
+    runs, capsys, monkeypatch, at
+):
+    train = _train(runs)
+    _kill_at(monkeypatch, *at)
+    with pytest.raises(Killed):
+        _train(runs, "--redo", "true")
+    monkeypatch.undo()
+    assert not (train / "COMPLETED").exists()
+    capsys.readouterr()
+    _train(runs)  # without --redo: the rerun a person types after the kill
+    err = capsys.readouterr().err
+    finished = [line for line in err.splitlines() if "finished removing" in line]
+    assert len(finished) == 1 and "dataset" in finished[0] and "checkpoint-2" in finished[0], err
+    done = _completed(runs)
+    assert done["resumed_from"] is None and done["global_step"] == 2  # the redo's fresh start
+    assert not list(train.glob(".trash-*")) and (train / "model").is_dir()
+
+
+def test_a_half_deleted_dataset_is_built_again_with_one_line(runs, capsys):
+    train = _train(runs)
+    (train / "COMPLETED").unlink()
+    (train / "dataset" / "state.json").unlink()  # what deleting it file by file left when killed
+    capsys.readouterr()
+    _train(runs)  # was: "Directory .../dataset is neither a Dataset directory nor a DatasetDict directory"
+    err = capsys.readouterr().err
+    assert f"train: {train / 'dataset'} is incomplete (no readable state.json;" in err, err
+    assert _completed(runs)["pairs"] == 8
+
+
+# --- a full disk names what it was writing ----------------------------------------------------------------
+
+
+def test_a_full_disk_during_a_checkpoint_save_is_one_line_naming_the_folder(runs, capsys, monkeypatch):
+    import transformers.modeling_utils as modeling
+    from safetensors import SafetensorError
+
+    def full(*args, **kwargs):
+        raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+
+    monkeypatch.setattr(modeling, "safe_save_file", full)
+    rc, err = _cli_train(runs, capsys)  # was: 58 lines ending in the SafetensorError
+    ckpt = runs / "t" / "round_1" / "train" / "checkpoint-1"
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert rc == 1 and "Traceback" not in err and err.strip().splitlines()[-1:] == errors, err
+    assert errors[0].startswith(f"error: {ckpt}: cannot write: No space left on device (SafetensorError: "), (
+        err
+    )
+    assert ". Free space on that filesystem" in errors[0]
+    assert "--runs_dir" in errors[0]

@@ -181,7 +181,9 @@ def test_the_targets_check_the_init_profile_the_round_and_the_baselines():
     }
     paired = {"R1-init": {"diff": 0.07, "ci": [0.02, 0.12]}}
     t = check_targets(summary, paired, unseen={"diff": -0.01, "ci": [-0.05, 0.03]})
-    assert t["init_sr_without_skills_at_least_40"] and t["init_sr_with_skills_within_minus10_plus5_of_without"]
+    assert (
+        t["init_sr_without_skills_at_least_40"] and t["init_sr_with_skills_within_minus10_plus5_of_without"]
+    )
     assert t["init_skill_per_ep_at_least_2"] and t["init_exec_prec_at_most_75"]
     assert t["r1_sr_up_5_points_paired_ci_above_0"] and t["r1_exec_prec_up_10_points"]
     assert t["r1_skill_per_ep_down"] and t["r1_avg_steps_down"]

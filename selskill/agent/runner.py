@@ -44,6 +44,7 @@ from selskill.config.rollout import ENV_STEP_CAP, MAX_DECISIONS
 from selskill.data.records import Episode, Turn
 from selskill.data.schema import ROLE_ASSISTANT, ROLE_OBSERVATION, ROLE_PROMPT, ROLE_SKILL_RETURN
 from selskill.envs.base import Env, EnvError
+from selskill.errors import start_shielded
 from selskill.policy.base import GenerationRequest, Policy, SamplingParams
 from selskill.skills import SkillExecutor, SkillLibrary, render_listing
 from selskill.skills.pseudo_skills import generate_pseudo_skills_batch
@@ -419,7 +420,7 @@ class ProcessHost:
         self._proc = ctx.Process(
             target=_serve_host, args=(child, host_args), daemon=True, name="selskill-episodes"
         )
-        self._proc.start()
+        start_shielded(self._proc)  # Ctrl-C stops the stage in this process, which closes the host
         child.close()
 
     def submit(self, method: str, *args) -> None:
@@ -467,7 +468,10 @@ class _LocalHost:
 
 
 def _serve_host(conn, host_args: tuple) -> None:
+    import signal
     import traceback
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the stage's, which closes the host
 
     host = EpisodeHost(*host_args)
     while True:

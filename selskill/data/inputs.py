@@ -12,12 +12,17 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from selskill.data.layout import StageDir, is_local_path
+from selskill.data.manifest import content_identity, file_hashes, manifest_store
 from selskill.data.shards import file_sha256
+
+logger = logging.getLogger(__name__)
+_NOTED: set = set()  # the policies whose sampled records this process has noted
 
 # Keys that say where, as whom or how fast a stage runs, not what it computes: they are not
 # part of a rank's recorded inputs (each episode samples from its own seeded generator, so
@@ -83,16 +88,31 @@ def config_values(configs: Sequence) -> dict:
     return merged
 
 
-def policy_fingerprint(source: str) -> str:
-    """Identity of a model: for a directory, its files' names, sizes and first and last MiB; else the hub id.
+CONTENT_PREFIX = "sha256:"  # a policy fingerprinted by every byte (a record without it sampled the files)
 
-    Content, not path: an experiment that links another's round 0 has the same policy.
+
+def policy_fingerprint(source: str, runs_dir: str | Path) -> str:
+    """Identity of a model: for a directory, the sha256 of every byte of each of its files; else the hub id.
+
+    Content, not path: an experiment that links another's round 0 has the same policy. Every
+    byte, because a weight changed in the middle of a file changes what the model samples. The
+    hashes come from a manifest under `runs_dir` (`selskill.data.manifest`), so a rerun rehashes
+    only files whose stat changed (docs/benchmarks.md, "The policy by content").
     """
     if not is_local_path(source):
         return f"hub:{source}"
     path = Path(source).expanduser()
     if not path.is_dir():
         return f"missing:{source}"
+    files = {p.name: p for p in path.iterdir() if p.is_file() and not p.name.startswith(".")}
+    hashes = file_hashes(files, manifest_store(runs_dir, "policy", path))
+    return f"{CONTENT_PREFIX}{content_identity(hashes)['sha256']}"
+
+
+def sampled_policy_fingerprint(source: str) -> str:
+    """What a record written before policies were fingerprinted by every byte holds: the files' names and
+    sizes and their first and last MiB. Read only to recognise such a record as this policy."""
+    path = Path(source).expanduser()
     h = hashlib.sha256()
     for p in sorted(path.iterdir()):
         if not p.is_file() or p.name.startswith("."):
@@ -153,7 +173,7 @@ class StageInputs:
         out["seed"] = int(self.seed)
         out["code_version"] = self.code_version
         if self.policy is not None:
-            out["policy"] = policy_fingerprint(self.policy)
+            out["policy"] = policy_fingerprint(self.policy, stage.runs_dir)
         for up in self.upstream_stages(stage):
             out[f"{up.path.name} shards"] = stage_fingerprint(up)
         if self.games is not None:
@@ -165,9 +185,13 @@ class StageInputs:
 
         A key added to a recipe section after the record was written counts as unchanged
         while it keeps its default; a key that no longer exists is ignored, and so are the
-        games of a record written before records held them (`run_rank` says so).
+        games of a record written before records held them (`run_rank` says so). A policy
+        recorded before policies were fingerprinted by every byte is compared the way it was
+        recorded, with a note: such a record cannot tell a change in the middle of a file.
         """
         now = {k: v for k, v in now.items() if k != "games" or k in recorded}
+        if self._sampled_policy_matches(recorded.get("policy"), now.get("policy")):
+            now = now | {"policy": recorded["policy"]}
         defaults = {}
         for cfg in with_nested(self.configs):
             for f in dataclasses.fields(cfg):
@@ -176,3 +200,21 @@ class StageInputs:
         defaults = json.loads(json.dumps(defaults, default=str))
         old = {k: recorded[k] if k in recorded else defaults.get(k, recorded.get(k)) for k in now}
         return changed_settings(old, now)
+
+    def _sampled_policy_matches(self, recorded, now) -> bool:
+        if not (
+            isinstance(recorded, str)
+            and isinstance(now, str)
+            and now.startswith(CONTENT_PREFIX)
+            and not recorded.startswith((CONTENT_PREFIX, "hub:", "missing:"))
+        ):
+            return False
+        if sampled_policy_fingerprint(self.policy) != recorded:
+            return False
+        if self.policy not in _NOTED:
+            _NOTED.add(self.policy)
+            logger.info(
+                f"{self.policy}: recorded by a selskill that fingerprinted policies by their first and last MiB: "
+                "compared that way (--redo records every byte)"
+            )
+        return True

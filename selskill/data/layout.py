@@ -27,6 +27,11 @@ class StageDir:
         return cls(round_dir(runs_dir, exp, round_) / stage)
 
     @property
+    def runs_dir(self) -> Path:
+        """The `runs_dir` this stage lies under (<runs_dir>/<exp>/round_<r>/<stage>)."""
+        return self.path.parents[2]
+
+    @property
     def shards(self) -> Path:
         return self.path / "shards"
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import shutil
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -29,6 +28,7 @@ from pathlib import Path
 from selskill.agent.listings import DecisionListings
 from selskill.config.init import InitTraining, SftSchedule
 from selskill.data.inputs import changed_settings
+from selskill.data.removal import finish_removals, remove_outputs, replace_output
 from selskill.policy.bootstrap import build_model
 from selskill.sft.demos import Demo, DemoPrompts, DemoReport
 from selskill.skills import SkillLibrary
@@ -237,6 +237,7 @@ def reuse_or_start(out_dir: Path, stage_dir: Path, settings: dict, redo: bool) -
         )
     (stage_dir / COMPLETED).unlink(missing_ok=True)
     stage_dir.mkdir(parents=True, exist_ok=True)
+    finish_removals(stage_dir, lambda line: print(f"init: {line}", flush=True))
     return False
 
 
@@ -272,12 +273,11 @@ def save_init_policy(
     """Model (tmp + rename), then the manifest, then COMPLETED: a crash leaves the init incomplete."""
     stage_dir = out_dir.parent
     tmp = out_dir.with_name(out_dir.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
+    remove_outputs([tmp], "init")
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
-    shutil.rmtree(out_dir, ignore_errors=True)
-    os.replace(tmp, out_dir)
-    shutil.rmtree(work, ignore_errors=True)
+    replace_output(tmp, out_dir, "init")
+    remove_outputs([work], "init")
     timings["total_seconds"] = round(time.perf_counter() - t_all, 1)
 
     stats = demos.report.stats()

@@ -12,11 +12,11 @@ import dataclasses
 import hashlib
 import json
 import logging
-import shutil
 from pathlib import Path
 
 from selskill.data.contract import read_stage
 from selskill.data.layout import StageDir
+from selskill.data.removal import remove_outputs, replace_output
 from selskill.data.shards import write_json_atomic
 
 logger = logging.getLogger(__name__)
@@ -43,6 +43,16 @@ def _dataset_key(label_fingerprint: str, cfg) -> str:
     return hashlib.sha256(json.dumps(knobs, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+def _dataset_problem(out_dir: Path) -> str | None:
+    """Why `out_dir` is not a whole saved dataset (None: it is): every file `save_to_disk` lists must be there."""
+    try:
+        files = [f["filename"] for f in json.loads((out_dir / "state.json").read_text())["_data_files"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return "no readable state.json"
+    missing = [f for f in ("dataset_info.json", *files) if not (out_dir / f).is_file()]
+    return f"{', '.join(missing)} missing" if missing else None
+
+
 def build_train_dataset(
     label: StageDir, key: str, cfg, tokenizer, out_dir: Path, is_main: bool, world_size: int
 ):
@@ -53,7 +63,13 @@ def build_train_dataset(
     from selskill.train.pairs import build_from_config, examples_to_dataset
 
     stamp = out_dir / "build.json"
-    if is_main and not (stamp.is_file() and json.loads(stamp.read_text()).get("key") == key):
+    built = is_main and stamp.is_file() and json.loads(stamp.read_text()).get("key") == key
+    if built and (problem := _dataset_problem(out_dir)):
+        logger.info(
+            f"train: {out_dir} is incomplete ({problem}; a removal or a build was killed): building it again"
+        )
+        built = False
+    if is_main and not built:
         table = read_stage(label, "pair", world_size)
         examples, stats = build_from_config(table, cfg, tokenizer)
         logger.info(stats.report())
@@ -63,11 +79,10 @@ def build_train_dataset(
                 f"(train_pair_kinds={cfg.train_pair_kinds}, max_length={cfg.max_length}): see the counts above"
             )
         tmp = out_dir.with_name(out_dir.name + ".tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
+        remove_outputs([tmp], "dataset")
         examples_to_dataset(examples).save_to_disk(str(tmp))
         write_json_atomic({"key": key, "stats": stats.to_dict()}, tmp / "build.json")
-        shutil.rmtree(out_dir, ignore_errors=True)
-        tmp.rename(out_dir)
+        replace_output(tmp, out_dir, "dataset")
         write_json_atomic(stats.to_dict(), out_dir.parent / STATS_FILE)
     return load_from_disk(str(out_dir))
 

@@ -22,15 +22,17 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
 import time
-from contextlib import nullcontext
+from collections.abc import Callable
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 from selskill.data.contract import check_stage, hold_lock
 from selskill.data.inputs import fingerprint
 from selskill.data.layout import StageDir, check_model_source, resolve_round_policy
+from selskill.data.removal import finish_removals, remove_outputs, replace_output
 from selskill.data.shards import write_json_atomic, write_text_atomic
+from selskill.errors import ExplainedError, is_disk_full
 from selskill.train.checkpoints import Resume, checkpoint_dirs, record_inputs, resume_point
 from selskill.train.dataset import DATASET_DIR, STATS_FILE, load_train_dataset
 from selskill.train.inputs import refuse_changed, train_inputs, upstream_of
@@ -63,6 +65,7 @@ def run_train(run, policy, cfg) -> Path:
 def _train_locked(run, policy, cfg, state, stage: StageDir) -> None:
     """Every input is verified (in every process: each reaches the same verdict) before anything is removed."""
     from transformers import AutoTokenizer
+    from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
     from selskill.train.lora import describe, peft_config
 
@@ -73,6 +76,9 @@ def _train_locked(run, policy, cfg, state, stage: StageDir) -> None:
     check_model_source(model_path, f"the policy round {run.round} trains")
     inputs = train_inputs(cfg, model_path)
     record = inputs.record(stage)
+    if state.is_main_process:  # a `--redo` killed while it removed the outputs is finished first
+        finish_removals(stage.path, lambda line: logger.info(f"train: {line}"))
+    state.wait_for_everyone()
     if _reuse_completed(run, stage, inputs, record, state.is_main_process):
         return
     if state.is_main_process:
@@ -94,22 +100,27 @@ def _train_locked(run, policy, cfg, state, stage: StageDir) -> None:
             logger.info(f"train: {describe(peft, reference=cfg.train_objective == 'dpo')}")
 
     tokenizer = AutoTokenizer.from_pretrained(model_path, trust_remote_code=policy.trust_remote_code)
-    if cfg.train_objective == "sft_wins":
-        dataset = load_win_dataset(run, cfg, upstream, state.is_main_process, stage.path)
-        trained = {"episodes": len(dataset)}
-    else:
-        dataset = load_train_dataset(run, cfg, upstream, record["label shards"], tokenizer, state, stage.path)
-        trained = {"pairs": len(dataset)}
+    with _naming_a_full_disk(lambda: stage.path / f"{DATASET_DIR}.tmp"):
+        if cfg.train_objective == "sft_wins":
+            dataset = load_win_dataset(run, cfg, upstream, state.is_main_process, stage.path)
+            trained = {"episodes": len(dataset)}
+        else:
+            dataset = load_train_dataset(
+                run, cfg, upstream, record["label shards"], tokenizer, state, stage.path
+            )
+            trained = {"pairs": len(dataset)}
     setup_wandb(run, cfg, stage.path, state.is_main_process)
 
     start = time.time()
     recorded = {"fingerprint": fingerprint(record), "inputs": record}
     checkpoint = str(resume.checkpoint) if resume.checkpoint else None
-    trainer, loss = _fit(cfg, model_path, dataset, tokenizer, peft, record_inputs(recorded), checkpoint)
+    with _naming_a_full_disk(lambda: stage.path / f"{PREFIX_CHECKPOINT_DIR}-*"):
+        trainer, loss = _fit(cfg, model_path, dataset, tokenizer, peft, record_inputs(recorded), checkpoint)
     _refuse_diverged(trainer, loss)
 
     lora = peft is not None
-    _save_model(trainer, tokenizer, state, stage.path, model_path, policy.trust_remote_code, lora)
+    with _naming_a_full_disk(lambda: stage.path / f"{MODEL_DIR}.tmp"):
+        _save_model(trainer, tokenizer, state, stage.path, model_path, policy.trust_remote_code, lora)
     if state.is_main_process:
         done = stage.path / COMPLETED
         summary = _summary(trainer, loss, state, stage.path, model_path, lora, resume, start)
@@ -160,6 +171,25 @@ def _refuse_diverged(trainer, loss: float) -> None:
         raise TrainDiverged(f"train: the mean training loss is {loss}: {DIVERGED_FIX}")
 
 
+@contextmanager
+def _naming_a_full_disk(writing: Callable[[], Path]):
+    """A full disk while train writes `writing()` ends on one line naming it and the fix: safetensors' and
+    torch's errors name no file, and the Trainer's traceback buries them under fifty lines."""
+    try:
+        yield
+    except Exception as exc:
+        if not is_disk_full(exc):
+            raise
+        said = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        raise ExplainedError(
+            f"{writing()}: cannot write: No space left on device ({type(exc).__name__}: {said}). Free space on "
+            "that filesystem (older rounds' checkpoint-* folders can go; save_total_limit keeps fewer), or move "
+            "runs_dir to one with room and pass --runs_dir; then rerun: train resumes from its last complete "
+            "checkpoint",
+            status=1,
+        ) from exc
+
+
 def _reuse_completed(run, stage: StageDir, inputs, record: dict, is_main: bool) -> bool:
     """Whether the round is complete for this run (its recorded inputs equal this run's); refused when it
     recorded others. With `--redo`, never: the round trains again."""
@@ -183,7 +213,9 @@ def _reuse_completed(run, stage: StageDir, inputs, record: dict, is_main: bool) 
 
 
 def _remove_outputs(stage_path: Path) -> None:
-    """What a `--redo` replaces: the marker, the model and adapter, the dataset, the wandb run, the checkpoints."""
+    """What a `--redo` replaces: the marker (first), the model and adapter, the dataset, the wandb run, the
+    checkpoints; all set aside at once, so a kill leaves them in place or half-removed, which the next run
+    finishes (`selskill.data.removal`)."""
     from selskill.train.lora import ADAPTER_DIR
 
     old = [
@@ -195,8 +227,7 @@ def _remove_outputs(stage_path: Path) -> None:
         stage_path / WINS_STATS_FILE,
         stage_path / WANDB_ID_FILE,
     ]
-    for p in [*old, *checkpoint_dirs(stage_path)]:
-        shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+    remove_outputs([*old, *checkpoint_dirs(stage_path)], "redo")
 
 
 def _save_model(
@@ -209,8 +240,7 @@ def _save_model(
     tmp = stage_path / f"{MODEL_DIR}.tmp"
     saved = stage_path / f"{ADAPTER_DIR}.tmp" if lora else tmp  # what the Trainer saves
     if state.is_main_process:
-        for p in {tmp, saved}:
-            shutil.rmtree(p, ignore_errors=True)  # left by a save that crashed
+        remove_outputs(sorted({tmp, saved}), "save")  # left by a save that crashed
     state.wait_for_everyone()
     trainer.save_model(str(saved))  # every rank: ZeRO-3 gathers the weights (with LoRA, the adapter's)
     state.wait_for_everyone()
@@ -221,11 +251,8 @@ def _save_model(
         base_dtype = trainer.accelerator.unwrap_model(trainer.model).get_base_model().dtype
         merge_adapter(model_path, saved, tmp, base_dtype, trust_remote_code)
         tokenizer.save_pretrained(str(tmp))  # with LoRA, model/ is the base with the adapter merged in
-        shutil.rmtree(stage_path / ADAPTER_DIR, ignore_errors=True)
-        saved.rename(stage_path / ADAPTER_DIR)
-    final = stage_path / MODEL_DIR
-    shutil.rmtree(final, ignore_errors=True)
-    tmp.rename(final)
+        replace_output(saved, stage_path / ADAPTER_DIR, "save")
+    replace_output(tmp, stage_path / MODEL_DIR, "save")
 
 
 def _summary(
