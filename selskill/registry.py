@@ -76,6 +76,9 @@ class Benchmark:
     hooks: Callable[[], Any] | None = None
     # the init builder (recipe, policy_dir, tokenizer/format...) `selskill init` runs when no model is named
     build_init: Callable[..., Any] | None = None
+    # the demonstrations that fine-tune a given model (`init_sft`): the same arguments as `build_init`,
+    # returning a `selskill.sft.demos.DemoSource`
+    init_demos: Callable[..., Any] | None = None
     # one-off data the recipe needs before any stage plays (ALFWorld generates its games)
     prepare: Callable[[Any, Sequence[str]], None] | None = None
     # `selskill eval --games DIR`: an index over a directory of tasks, where the env has them

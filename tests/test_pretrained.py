@@ -329,6 +329,7 @@ def test_a_dpo_step_of_the_train_stage_moves_the_model(runs, train_args):
     write_label_stage(runs, exp, 1, [rows])
     argv = [
         "--config", str(RECIPE), "--runs_dir", str(runs), "--exp", exp, "--round", "1",
+        "--init_sft", "false",  # the converted model as it is, not the recipe's SFT of it
         "--max_steps", "1", "--gradient_accumulation_steps", "2", "--learning_rate", "1e-4",
         "--lr_scheduler_type", "constant", "--warmup_steps", "0",
         "--loss_type", "sigmoid", "--logging_steps", "1", "--save_strategy", "no", "--report_to", "none",

@@ -34,7 +34,7 @@ def _init(args: argparse.Namespace) -> int:
     if recipe.train.dry_run:
         describe_only(recipe.with_run(round=1, rank=0, world_size=1), "init")
         return 0
-    if recipe.policy.model_name_or_path:
+    if recipe.policy.model_name_or_path and not recipe.policy.init_sft:
         ensure_games(recipe.run)
         converted = ensure_init_policy(recipe)
         if converted:
@@ -99,7 +99,9 @@ COMMANDS = [
         "generate train games, make demonstrations with useful, premature and redundant skill calls, train a "
         "tokenizer and a small Qwen3 model, SFT it on assistant tokens (then --init_dagger_iters N DAgger "
         "iterations: the expert relabels the policy's own episodes; --init_dagger_from DIR starts them from an "
-        "init already built with the same settings); then play greedily on the recipe's "
+        "init already built with the same settings); with model_name_or_path and --init_sft true, fine-tune that "
+        "model on the same demonstrations instead (assistant tokens, its own chat template; LoRA with use_peft); "
+        "then play greedily on the recipe's "
         "held-out split and print SR, Exec. Prec., Skill/ep, ... (runs/<exp>/round_0/eval/metrics.json). "
         "--help lists every init_* key. "
         "Example: selskill init --config recipes/tiny.yaml",

@@ -1,5 +1,10 @@
 """The init section: the offline init policy (round 0) that `selskill init` builds when a recipe
 has no model, and the settings objects every builder takes (the tokenizer, the tiny model, the SFT).
+With `init_sft` (the policy section's) the init is the recipe's `model_name_or_path` fine-tuned on
+the same demonstrations: its SFT reads the schedule keys (`init_epochs`, `init_lr`,
+`init_warmup_ratio`, `init_batch_size`, `init_max_length`, `init_logging_steps`,
+`init_save_steps`); the tokenizer, model shape and first-phase keys describe a model built from
+scratch and are not read.
 
 Each group of `init_*` keys has a settings class here whose fields hold the defaults: the
 recipe keys take theirs from it and `InitConfig.training` builds it, so a default is written
@@ -43,6 +48,9 @@ class SftSchedule:
     batch_size: int = 2
     max_length: int = 4096  # longer demonstrations are dropped, not truncated
     logging_steps: int = 10
+    # the SFT warm start of a given model (`init_sft`) checkpoints every this many steps, and a rerun
+    # resumes from the last checkpoint (0: none); the offline build's phases are short and do not
+    save_steps: int = 50
 
 
 @dataclass(frozen=True)
@@ -68,7 +76,10 @@ def prefixed_values(section, prefix: str) -> dict:
 class InitConfig:
     """Recipe keys of the init stage (`init_` prefix: they share one flat recipe with TRL's)."""
 
-    _argument_group_name = "init (the offline init policy, round 0)"  # its heading in `--help`
+    # its heading in `--help`
+    _argument_group_name = (
+        "init (round 0: the offline init policy, or with init_sft the SFT of model_name_or_path)"
+    )
 
     init_vocab_size: int = field(
         default=InitTraining.vocab_size, metadata={"help": "BPE vocabulary size of the local tokenizer"}
@@ -81,7 +92,10 @@ class InitConfig:
     init_head_dim: int = field(default=TinyArch.head_dim, metadata={"help": "attention head size"})
     init_pretrain_epochs: float = field(
         default=SftSchedule.pretrain_epochs,
-        metadata={"help": "first phase: epochs with every token in the loss, no system prompt (0 = skip)"},
+        metadata={
+            "help": "first phase: epochs with every token in the loss, no system prompt (0 = skip); the offline "
+            "build only (init_sft trains the assistant tokens)"
+        },
     )
     init_epochs: float = field(
         default=SftSchedule.epochs, metadata={"help": "second phase: epochs on assistant tokens only"}
@@ -101,6 +115,13 @@ class InitConfig:
     init_logging_steps: int = field(
         default=SftSchedule.logging_steps, metadata={"help": "loss is logged every this many steps"}
     )
+    init_save_steps: int = field(
+        default=SftSchedule.save_steps,
+        metadata={
+            "help": "init_sft: a checkpoint every this many steps, which a rerun after a kill resumes from "
+            "(0 = none; the offline build does not checkpoint)"
+        },
+    )
 
     def __post_init__(self):
         check_at_least(
@@ -117,7 +138,7 @@ class InitConfig:
             "init_max_length",
             "init_logging_steps",
         )
-        check_at_least(self, 0, "init_pretrain_epochs", "init_epochs")
+        check_at_least(self, 0, "init_pretrain_epochs", "init_epochs", "init_save_steps")
         check_share(self, "init_warmup_ratio", why="a share")
         check_above(self, 0, "init_lr", why="a learning rate")
 
@@ -142,5 +163,6 @@ class InitConfig:
                 batch_size=self.init_batch_size,
                 max_length=self.init_max_length,
                 logging_steps=self.init_logging_steps,
+                save_steps=self.init_save_steps,
             ),
         )

@@ -85,6 +85,15 @@ class PolicyConfig:
             "empty = the run's own init policy at <runs_dir>/<exp>/round_0/train/model"
         },
     )
+    init_sft: bool = field(
+        default=False,
+        metadata={
+            "help": "round 1 starts from model_name_or_path fine-tuned on the benchmark's demonstrations (the init "
+            "stage's SFT, assistant tokens only, on the model's own chat template; the init_* schedule keys, and "
+            "use_peft/lora_* for LoRA) written to <runs_dir>/<exp>/round_0/train/model; false = from "
+            "model_name_or_path as it is (an RL-Init, or a model fine-tuned elsewhere)"
+        },
+    )
     policy_backend: str = field(default="hf", metadata={"help": "hf (transformers) or vllm"})
     policy_device: str = field(default="cpu", metadata={"help": "cpu, cuda, cuda:0, ..."})
     policy_dtype: str = field(default="float32", metadata={"help": "float32, bfloat16 or float16"})
@@ -96,3 +105,8 @@ class PolicyConfig:
         if self.policy_backend not in ("hf", "vllm"):
             raise ValueError(f"policy_backend must be 'hf' or 'vllm'; got {self.policy_backend!r}")
         check_choice(self, "policy_dtype", ("float32", "bfloat16", "float16"))
+        if self.init_sft and not self.model_name_or_path:
+            raise ValueError(
+                "init_sft: true fine-tunes model_name_or_path, which is empty: name the model to fine-tune, or drop "
+                "init_sft (without a model the init stage builds the offline init, SFT'd on the demonstrations)"
+            )

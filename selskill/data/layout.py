@@ -146,7 +146,8 @@ def resolve_round_policy(run, policy) -> tuple[str, str]:
     """The policy round `run.round` starts from: (model path or hub id, how it was chosen).
 
     Round r starts from round r-1's trained model; round 1 from `model_name_or_path` when set
-    (a GGUF source: the folder the init stage converted it into), else the run's init policy.
+    (a GGUF source: the folder the init stage converted it into), else the run's init policy,
+    which with `init_sft` is that model as the init stage fine-tuned it.
     Sampling, branching, forking and training all use this.
     """
     if run.round < 1:
@@ -155,8 +156,8 @@ def resolve_round_policy(run, policy) -> tuple[str, str]:
             "(selskill init) builds and evaluates it, and `make eval ROUND=0` re-evaluates it; rounds start at 1 "
             "(make round ROUND=1)"
         )
-    if run.round == 1 and policy.model_name_or_path and is_gguf_source(policy.model_name_or_path):
-        given = policy.model_name_or_path
+    given = "" if policy.init_sft else policy.model_name_or_path
+    if run.round == 1 and given and is_gguf_source(given):
         path = gguf_model_dir(run.runs_dir, given)
         if not path.is_dir():
             raise FileNotFoundError(
@@ -165,18 +166,26 @@ def resolve_round_policy(run, policy) -> tuple[str, str]:
             )
         check_model_source(str(path), f"the model converted from {given}", need_weights=False)
         return str(path), f"model_name_or_path ({given}, converted)"
-    if run.round == 1 and policy.model_name_or_path:
-        source = check_model_source(policy.model_name_or_path, "model_name_or_path", need_weights=False)
+    if run.round == 1 and given:
+        source = check_model_source(given, "model_name_or_path", need_weights=False)
         return source, f"model_name_or_path ({'local' if is_local_path(source) else 'hub id'})"
     path = policy_dir(run.runs_dir, run.exp, run.round)
+    tuned = run.round == 1 and policy.model_name_or_path  # init_sft
     if not path.is_dir():
-        hint = (
-            "build the init policy first (`make init`) or set model_name_or_path"
-            if run.round <= 1
-            else f"finish round {run.round - 1} first (its train stage writes that directory)"
-        )
+        if tuned:
+            hint = (
+                f"round 1's init stage fine-tunes model_name_or_path {policy.model_name_or_path} into it (init_sft): "
+                "run `selskill init` (make init) or the whole round (make round ROUND=1) with this recipe"
+            )
+        elif run.round <= 1:
+            hint = "build the init policy first (`make init`) or set model_name_or_path"
+        else:
+            hint = f"finish round {run.round - 1} first (its train stage writes that directory)"
         raise FileNotFoundError(f"no policy at {path} for round {run.round}: {hint}")
     check_model_source(str(path), f"the policy of round {run.round}", need_weights=False)
+    if tuned:
+        how = f"model_name_or_path ({policy.model_name_or_path}) fine-tuned by the init stage (init_sft)"
+        return str(path), how
     return str(path), f"round {run.round - 1} model"
 
 

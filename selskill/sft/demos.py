@@ -9,7 +9,7 @@ live here, below both.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 
 from selskill.agent.eval_modes import prompt_setup
@@ -59,6 +59,16 @@ class DemoReport:
 
     def stats(self) -> dict:
         return demo_stats(self.demos, attempted=self.attempted, dropped=self.dropped)
+
+
+@dataclass(frozen=True)
+class DemoSource:
+    """A benchmark's demonstrations for the SFT of a given model (`init_sft`): the settings that decide
+    them (the init's manifest records them; a rerun with others is refused) and how to play them,
+    `play(progress, timings)`, called only when the init is trained (its timings go into `timings`)."""
+
+    settings: dict
+    play: Callable[[bool, dict], DemoReport]
 
 
 # --- where demonstrations are played ---------------------------------------------------------

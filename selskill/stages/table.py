@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from selskill.config import Recipe, load_recipe
 from selskill.config.run import PolicyConfig, RunConfig
 from selskill.data.gguf_source import is_gguf_source
-from selskill.data.layout import policy_dir, resolve_round_policy, round_dir
+from selskill.data.layout import check_model_source, policy_dir, resolve_round_policy, round_dir
 from selskill.errors import ExplainedError, run_main
 from selskill.executors.base import StageFailed, Step
 from selskill.stages.branch import BranchStep
@@ -35,14 +35,21 @@ if TYPE_CHECKING:  # the train section imports TRL
 
 def ensure_init_policy(recipe: Recipe) -> Path | None:
     """Round 1 without a given model starts from the run's own offline init policy; a given GGUF
-    model (a `.gguf` file, or `wheel:<distribution>`) starts from the folder it is converted into."""
+    model (a `.gguf` file, or `wheel:<distribution>`) starts from the folder it is converted into;
+    with `init_sft` a given model is first fine-tuned on the benchmark's demonstrations into the
+    init policy's place (`selskill.stages.init_sft`)."""
     given = recipe.policy.model_name_or_path
+    base = None
     if given and is_gguf_source(given):
         from selskill.policy.gguf import ensure_gguf_model
 
-        return ensure_gguf_model(given, recipe.run.runs_dir)
-    if given:
-        return None
+        base = str(ensure_gguf_model(given, recipe.run.runs_dir))
+        if not recipe.policy.init_sft:
+            return Path(base)
+    elif given:
+        if not recipe.policy.init_sft:
+            return None
+        base = check_model_source(given, "model_name_or_path")
     out = policy_dir(recipe.run.runs_dir, recipe.run.exp, 1)
     from selskill.registry import benchmark
     from selskill.stages.runner_setup import retriever, runner_library
@@ -54,19 +61,27 @@ def ensure_init_policy(recipe: Recipe) -> Path | None:
         # the first n train tasks in the order the sample stage takes them
         return balanced_tasks(spec.task_index(recipe.run, "train").games, n)
 
-    if spec.build_init is None:
-        raise ExplainedError(
-            f"benchmark {spec.name} has no init builder: set model_name_or_path to the policy round 1 starts from"
-        )
     library = runner_library(recipe.rollout, spec.name)
-    return spec.build_init(
-        recipe,
-        out,
+    resolved = dict(
         fmt=spec.turn_format(recipe.rollout, recipe.settings),
         train_tasks=train_tasks,
         library=library,
         retriever=retriever(recipe.rollout, library),
     )
+    if base:
+        if spec.init_demos is None:
+            raise ExplainedError(
+                f"benchmark {spec.name} has no demonstrations to fine-tune a model on: drop init_sft and start "
+                "from model_name_or_path as it is"
+            )
+        from selskill.stages.init_sft import sft_from_recipe
+
+        return sft_from_recipe(recipe, out, base, spec.init_demos(recipe, **resolved))
+    if spec.build_init is None:
+        raise ExplainedError(
+            f"benchmark {spec.name} has no init builder: set model_name_or_path to the policy round 1 starts from"
+        )
+    return spec.build_init(recipe, out, **resolved)
 
 
 @dataclass
@@ -100,7 +115,8 @@ class InitStep(Step):
         built = ensure_init_policy(recipe)
         start = resolve_round_policy(run, recipe.policy)[0]
         if not round_dir(run.runs_dir, run.exp, 0).is_symlink():
-            run0 = run.replace(round=0, rank=0, world_size=1, redo=False)
+            # an SFT init trained again under --redo is evaluated again; any other is evaluated once
+            run0 = run.replace(round=0, rank=0, world_size=1, redo=run.redo and recipe.policy.init_sft)
             step = EvalStep.of(recipe)
             dataclasses.replace(step, run_config=run0, model_path=start).run()
         return built

@@ -134,6 +134,12 @@ def _build_init(recipe, out, **resolved):
     return build_from_recipe(recipe, out, **resolved)
 
 
+def _init_demos(recipe, **resolved):
+    from selskill.benchmarks.alfworld.init_policy import demos_from_recipe
+
+    return demos_from_recipe(recipe, **resolved)
+
+
 BENCHMARK = register(
     Benchmark(
         name="alfworld",
@@ -150,6 +156,7 @@ BENCHMARK = register(
         settings=AlfworldConfig,
         hooks=_hooks,
         build_init=_build_init,
+        init_demos=_init_demos,
         retrieval_episodes=_retrieval_episodes,
         prepare=_prepare,
         index_from_dir=_index_from_dir,

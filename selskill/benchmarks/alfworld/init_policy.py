@@ -51,7 +51,7 @@ from selskill.sft.build import (
     train_init_model,
     training_record,
 )
-from selskill.sft.demos import DemoPrompts
+from selskill.sft.demos import DemoPrompts, DemoSource
 
 MANIFEST_VERSION = 1
 
@@ -118,10 +118,8 @@ def _check_base(base: str | Path, settings: dict) -> dict:
     return manifest
 
 
-def _settings(
-    games_dir, seed: int, demos: AlfworldDemos, training: InitTraining, prompts: DemoPrompts
-) -> dict:
-    """The manifest's settings of a build without DAgger (a second build with equal ones reuses it)."""
+def _demo_settings(games_dir, seed: int, demos: AlfworldDemos, prompts: DemoPrompts) -> dict:
+    """The settings that decide the demonstrations: the games, the expert's mix and budget, the prompts."""
     settings = settings_record(
         version=MANIFEST_VERSION,
         games_dir=Path(games_dir).resolve(),
@@ -134,13 +132,34 @@ def _settings(
         demo_mix=demos.mix,
         fmt=prompts.fmt,
         listing_style=prompts.listing_style,
-        **training_record(training),
     )
     for later in ("false_take", "no_skills"):
         # keys added later join the settings only when used: earlier builds stay reusable
         if not settings["demo_mix"].get(later):
             settings["demo_mix"].pop(later, None)
     return settings
+
+
+def _settings(
+    games_dir, seed: int, demos: AlfworldDemos, training: InitTraining, prompts: DemoPrompts
+) -> dict:
+    """The manifest's settings of a build without DAgger (a second build with equal ones reuses it)."""
+    return {**_demo_settings(games_dir, seed, demos, prompts), **settings_record(**training_record(training))}
+
+
+def _play_demos(
+    games_dir, seed: int, demos: AlfworldDemos, prompts: DemoPrompts, progress: bool, timings: dict
+):
+    """(the train games, the expert's winning demonstrations on them); no winning one is an error."""
+    with timed(timings, "games_seconds"):
+        records = train_games(games_dir, demos.games_per_type, seed, demos.game_size, progress=progress)
+    with timed(timings, "demos_seconds"):
+        report = build_demos(
+            records, prompts=prompts, mix=demos.mix, budget=demos.budget, seed=seed, progress=progress
+        )
+    if not report.demos:
+        raise RuntimeError(f"no winning demonstration from {len(records)} games: {dict(report.dropped)}")
+    return records, report
 
 
 def _record_dagger(settings: dict, dagger: DaggerSettings, mode: str) -> dict:
@@ -221,14 +240,7 @@ def build_init_policy(
         return out_dir
     timings: dict[str, float] = {}
     t_all = time.perf_counter()
-    with timed(timings, "games_seconds"):
-        records = train_games(games_dir, demos.games_per_type, seed, demos.game_size, progress=progress)
-    with timed(timings, "demos_seconds"):
-        report = build_demos(
-            records, prompts=prompts, mix=demos.mix, budget=demos.budget, seed=seed, progress=progress
-        )
-    if not report.demos:
-        raise RuntimeError(f"no winning demonstration from {len(records)} games: {dict(report.dropped)}")
+    records, report = _play_demos(games_dir, seed, demos, prompts, progress, timings)
     with timed(timings, "tokenizer_seconds"):
         corpus = tokenizer_corpus(
             report.demos, listings.library, fmt=prompts.fmt, listing_style=prompts.listing_style
@@ -281,10 +293,27 @@ def build_from_recipe(
     )
 
 
+def demos_from_recipe(
+    recipe, *, fmt, train_tasks: Callable[[int], list[str]], library, retriever
+) -> DemoSource:
+    """The demonstrations `init_sft` fine-tunes a given model on (what the plugin's `init_demos` runs):
+    those `build_from_recipe` trains its own model on, with the recipe's mix, budget and prompts."""
+    games_dir, seed, demos = recipe.settings.games_dir, recipe.seed, recipe.settings.alfworld_demos()
+    prompts = DemoPrompts(fmt, recipe.rollout.listing_style, library, retriever)
+    settings = _demo_settings(games_dir, seed, demos, prompts)
+    build_listings(settings, load_alfworld_skills(), prompts)
+
+    def play(progress: bool, timings: dict):
+        return _play_demos(games_dir, seed, demos, prompts, progress, timings)[1]
+
+    return DemoSource(settings, play)
+
+
 __all__ = [
     "COMPLETED",
     "MANIFEST",
     "build_from_recipe",
+    "demos_from_recipe",
     "build_init_policy",
     "is_complete",
     "read_manifest",

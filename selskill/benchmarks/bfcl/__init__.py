@@ -96,6 +96,12 @@ def _build_init(recipe, out, **resolved):
     return build_from_recipe(recipe, out, **resolved)
 
 
+def _init_demos(recipe, **resolved):
+    from selskill.benchmarks.bfcl.init_policy import demos_from_recipe
+
+    return demos_from_recipe(recipe, **resolved)
+
+
 BENCHMARK = register(
     Benchmark(
         name="bfcl",
@@ -114,6 +120,7 @@ BENCHMARK = register(
         settings=BfclConfig,
         hooks=_hooks,
         build_init=_build_init,
+        init_demos=_init_demos,
         retrieval_episodes=_retrieval_episodes,
         check_recipe=_check_recipe,
         bench_commands=_bench_commands,

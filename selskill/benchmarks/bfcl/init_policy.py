@@ -33,7 +33,7 @@ from selskill.sft.build import (
     train_init_model,
     training_record,
 )
-from selskill.sft.demos import DemoPrompts
+from selskill.sft.demos import DemoPrompts, DemoSource
 
 MANIFEST_VERSION = 2
 
@@ -68,6 +68,23 @@ class BfclTrainTasks:
         )
 
 
+def _demo_settings(tasks: BfclTrainTasks, seed: int, mix: BfclDemoMix, prompts: DemoPrompts) -> dict:
+    """The settings that decide the demonstrations: the tasks, the mix, the prompts."""
+    return settings_record(version=MANIFEST_VERSION, env="bfcl", **tasks.record(), seed=seed, mix=mix,
+                           fmt=prompts.fmt, listing_style=prompts.listing_style)  # fmt: skip
+
+
+def _play_demos(tasks: BfclTrainTasks, seed: int, mix: BfclDemoMix, prompts: DemoPrompts, timings: dict):
+    """The ground truth's winning demonstrations of `tasks`; no winning one is an error."""
+    with timed(timings, "demos_seconds"):
+        env = tasks.env()
+        ids = list(tasks.task_ids) if tasks.task_ids is not None else env.task_ids()
+        report = build_bfcl_demos(env, prompts=prompts, mix=mix, seed=seed, task_ids=ids)
+    if not report.demos:
+        raise RuntimeError(f"no winning demonstration from {len(ids)} BFCL tasks: {dict(report.dropped)}")
+    return report
+
+
 def build_bfcl_init_policy(
     out_dir: str | Path,
     *,
@@ -88,21 +105,13 @@ def build_bfcl_init_policy(
     out_dir = Path(out_dir)
     stage_dir = out_dir.parent
     mix, training = mix or BfclDemoMix(), training or InitTraining()
-    settings = settings_record(
-        version=MANIFEST_VERSION, env="bfcl", **tasks.record(), seed=seed, mix=mix, fmt=prompts.fmt,
-        listing_style=prompts.listing_style, **training_record(training),
-    )  # fmt: skip
+    settings = {**_demo_settings(tasks, seed, mix, prompts), **settings_record(**training_record(training))}
     listings = build_listings(settings, load_bfcl_skills(), prompts)
     if reuse_or_start(out_dir, stage_dir, settings, redo):
         return out_dir
     timings: dict[str, float] = {}
     t_all = time.perf_counter()
-    with timed(timings, "demos_seconds"):
-        env = tasks.env()
-        ids = list(tasks.task_ids) if tasks.task_ids is not None else env.task_ids()
-        report = build_bfcl_demos(env, prompts=prompts, mix=mix, seed=seed, task_ids=ids)
-    if not report.demos:
-        raise RuntimeError(f"no winning demonstration from {len(ids)} BFCL tasks: {dict(report.dropped)}")
+    report = _play_demos(tasks, seed, mix, prompts, timings)
     with timed(timings, "tokenizer_seconds"):
         tokenizer = train_tokenizer(
             bfcl_tokenizer_corpus(report.demos, listings.library), vocab_size=training.vocab_size
@@ -122,18 +131,23 @@ def build_bfcl_init_policy(
                             train=train_stats, timings=timings, t_all=t_all)  # fmt: skip
 
 
+def _recipe_tasks(recipe, train_tasks: Callable[[int], list[str]]) -> BfclTrainTasks:
+    """The first `init_bfcl_tasks` train tasks in the sample stage's order."""
+    bfcl = recipe.settings
+    return BfclTrainTasks(
+        categories=bfcl.categories,
+        scenarios=bfcl.split("train"),
+        withheld_callable=bfcl.bfcl_withheld_callable,
+        task_ids=train_tasks(bfcl.init_bfcl_tasks),
+    )
+
+
 def build_from_recipe(
     recipe, out: Path, *, fmt, train_tasks: Callable[[int], list[str]], library, retriever
 ) -> Path:
     """The init policy the recipe asks for (what the plugin's `build_init` runs): the first
     `init_bfcl_tasks` train tasks in the sample stage's order, with the rounds' `fmt`, `library`, `retriever`."""
-    bfcl = recipe.settings
-    tasks = BfclTrainTasks(
-        categories=bfcl.categories,
-        scenarios=bfcl.split("train"),
-        withheld_callable=bfcl.bfcl_withheld_callable,
-        task_ids=train_tasks(recipe.settings.init_bfcl_tasks),
-    )
+    tasks = _recipe_tasks(recipe, train_tasks)
     return build_bfcl_init_policy(
         out,
         tasks=tasks,
@@ -144,4 +158,16 @@ def build_from_recipe(
     )
 
 
-__all__ = ["BfclTrainTasks", "build_bfcl_init_policy", "build_from_recipe"]
+def demos_from_recipe(
+    recipe, *, fmt, train_tasks: Callable[[int], list[str]], library, retriever
+) -> DemoSource:
+    """The demonstrations `init_sft` fine-tunes a given model on (what the plugin's `init_demos` runs):
+    those `build_from_recipe` trains its own model on."""
+    tasks, seed, mix = _recipe_tasks(recipe, train_tasks), recipe.seed, recipe.settings.bfcl_demo_mix()
+    prompts = DemoPrompts(fmt, recipe.rollout.listing_style, library, retriever)
+    settings = _demo_settings(tasks, seed, mix, prompts)
+    build_listings(settings, load_bfcl_skills(), prompts)
+    return DemoSource(settings, lambda progress, timings: _play_demos(tasks, seed, mix, prompts, timings))
+
+
+__all__ = ["BfclTrainTasks", "build_bfcl_init_policy", "build_from_recipe", "demos_from_recipe"]
