@@ -508,12 +508,17 @@ def test_bfcl_progress_episodes_replay_their_listings():
 def test_demonstrations_are_the_transcripts_the_runner_writes_for_their_turns(tokenizer, index, mode):
     """A demo built for a retrieval round, its assistant turns played by the runner, comes back
     message for message: same system prompt, same step listings, every call listed."""
-    from selskill.benchmarks.alfworld.demos import build_demos
+    import dataclasses
+
+    from selskill.benchmarks.alfworld.demos import DemoMix, build_demos
     from selskill.sft.demos import DemoPrompts
 
     library = OWN if mode is None else BIG
     ret = None if mode is None else _retriever(mode, library)
-    report = build_demos(index.games, prompts=DemoPrompts(FMT, "compact", library, ret), seed=0)
+    # every game with the skills listed: the listings are what this compares (the games played without
+    # skills are the no_skills prompt's, tests/test_demos.py)
+    mix = dataclasses.replace(DemoMix(), no_skills=0.0)
+    report = build_demos(index.games, prompts=DemoPrompts(FMT, "compact", library, ret), seed=0, mix=mix)
     assert len(report.demos) >= 5, report.dropped
     config = _config(max_env_steps=60, max_decisions=80, max_new_tokens=96, max_context_tokens=1 << 16)
     calls = 0

@@ -60,7 +60,7 @@ LORA_KEYS = ("use_rslora", "use_dora")  # besides `lora_*`: the train section's 
 
 def sft_settings(
     base: str, source: DemoSource, schedule: SftSchedule, *, seed: int, lora: dict | None,
-    chat_template_kwargs: dict | None, bf16: bool, model_init_kwargs: dict | None,
+    chat_template_kwargs: dict | None, bf16: bool, model_init_kwargs: dict | None, runs_dir: str | Path,
 ) -> dict:  # fmt: skip
     """What the fine-tuned model depends on: the given model (by content), the demonstrations' settings,
     the schedule (not its logging and checkpoint intervals), LoRA, the seed, how the model is loaded
@@ -68,7 +68,7 @@ def sft_settings(
     return settings_record(
         version=VERSION,
         init_sft=True,
-        base=policy_fingerprint(base),
+        base=policy_fingerprint(base, runs_dir),
         demos=source.settings,
         sft={
             "epochs": schedule.epochs,
@@ -122,6 +122,7 @@ def build_sft_init(
     peft=None, lora: dict | None = None, chat_template_kwargs: dict | None = None, bf16: bool = False,
     gradient_checkpointing: bool = False, model_init_kwargs: dict | None = None,
     trust_remote_code: bool = False, progress: bool = True, redo: bool = False,
+    runs_dir: str | Path | None = None,
 ) -> Path:  # fmt: skip
     """Fine-tune `base` (a model directory or hub id) on `source`'s demonstrations into `out_dir` (or reuse
     it); returns `out_dir`. `peft`: a LoRA config (`lora`: the recipe keys it came from, recorded);
@@ -132,8 +133,10 @@ def build_sft_init(
 
     out_dir = Path(out_dir)
     stage_dir, work = out_dir.parent, out_dir.parent / WORK
+    # the hashes of the base's files are cached under runs_dir (the stage's folder where none is given)
     settings = sft_settings(base, source, schedule, seed=seed, lora=lora, bf16=bf16,
-                            chat_template_kwargs=chat_template_kwargs, model_init_kwargs=model_init_kwargs)  # fmt: skip
+                            chat_template_kwargs=chat_template_kwargs, model_init_kwargs=model_init_kwargs,
+                            runs_dir=runs_dir if runs_dir is not None else stage_dir)  # fmt: skip
     if reuse_or_start(out_dir, stage_dir, settings, redo):
         logger.info(f"init: {out_dir} is complete (the SFT of {base} with these settings): reused")
         return out_dir
@@ -216,4 +219,5 @@ def sft_from_recipe(recipe, out: Path, base: str, source: DemoSource) -> Path:
         model_init_kwargs=dict(train.model_init_kwargs or {}),
         trust_remote_code=recipe.policy.trust_remote_code,
         redo=recipe.run.redo,
+        runs_dir=recipe.run.runs_dir,
     )

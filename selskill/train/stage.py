@@ -65,7 +65,6 @@ def run_train(run, policy, cfg) -> Path:
 def _train_locked(run, policy, cfg, state, stage: StageDir) -> None:
     """Every input is verified (in every process: each reaches the same verdict) before anything is removed."""
     from transformers import AutoTokenizer
-    from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
     from selskill.train.lora import describe, peft_config
 
@@ -114,7 +113,7 @@ def _train_locked(run, policy, cfg, state, stage: StageDir) -> None:
     start = time.time()
     recorded = {"fingerprint": fingerprint(record), "inputs": record}
     checkpoint = str(resume.checkpoint) if resume.checkpoint else None
-    with _naming_a_full_disk(lambda: stage.path / f"{PREFIX_CHECKPOINT_DIR}-*"):
+    with _naming_a_full_disk(lambda: _newest_checkpoint(stage.path)):
         trainer, loss = _fit(cfg, model_path, dataset, tokenizer, peft, record_inputs(recorded), checkpoint)
     _refuse_diverged(trainer, loss)
 
@@ -169,6 +168,16 @@ def _refuse_diverged(trainer, loss: float) -> None:
         )
     if not math.isfinite(loss):
         raise TrainDiverged(f"train: the mean training loss is {loss}: {DIVERGED_FIX}")
+
+
+def _newest_checkpoint(stage_path: Path) -> Path:
+    """The checkpoint folder the Trainer was writing (it makes the folder before the files)."""
+    from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+    steps = [p for p in stage_path.glob(f"{PREFIX_CHECKPOINT_DIR}-*") if p.name.rsplit("-", 1)[1].isdigit()]
+    return max(
+        steps, key=lambda p: int(p.name.rsplit("-", 1)[1]), default=stage_path / f"{PREFIX_CHECKPOINT_DIR}-*"
+    )
 
 
 @contextmanager
