@@ -477,8 +477,10 @@ def test_ctrl_c_ends_on_one_line_and_each_rank_unwinds(tmp_path):
     script.write_text(INTERRUPTED_SCRIPT.format(tests=str(ROOT / "tests"), argv=argv))
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen(
-        [sys.executable, str(script)], env=env, stderr=subprocess.PIPE, text=True, start_new_session=True
-    )
+        [sys.executable, str(script)], env=env, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        # as from a terminal: a suite started in the background (`pytest &`) hands its children SIGINT ignored
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )  # fmt: skip
     try:
         deadline = time.time() + 600  # a spawned worker imports torch: slow on a loaded machine
         while not all((runs / f"started-{r}").exists() for r in (0, 1)) and time.time() < deadline:
