@@ -19,15 +19,18 @@ from pathlib import Path
 from selskill.data.layout import StageDir, is_local_path
 from selskill.data.shards import file_sha256
 
-# Keys that say where, as whom or how fast a stage runs, not what it computes: they are not
-# part of a rank's recorded inputs (each episode samples from its own seeded generator, so
-# batching and concurrency change results only at float rounding; docs/design.md).
+# Keys that say where, as whom or how fast a stage runs, or how it reports, not what it computes:
+# they are not part of a rank's recorded inputs (each episode samples from its own seeded
+# generator, so batching and concurrency change results only at float rounding; docs/design.md).
 NOT_INPUTS = frozenset(
     {
         "exp",
         "runs_dir",
         "rank",
         "redo",
+        "dry_run",
+        "report_to",
+        "log_level",
         "wandb_project",
         "policy_device",
         "trust_remote_code",
