@@ -92,8 +92,9 @@ round: $(STAMP)  ## one round: make round ROUND=1 [RECIPE=recipes/tiny.yaml] [EX
 test-round: $(STAMP)  ## `make round` on recipes/micro.yaml in a temporary folder: exit 0 and the report (a few minutes)
 	WANDB_MODE=disabled $(BIN)/python -m pytest -q -m slow tests/test_make_round.py
 
-eval: $(STAMP)  ## evaluate round ROUND's model on the recipe's held-out splits
-	$(JOB) $(BIN)/python pipelines/evaluate.py $(RECIPE_ARGS) --round $(ROUND)
+# OUT, when given, also keeps the rows and metrics.json there (a round's own eval stage is `make round`'s)
+eval: $(STAMP)  ## selskill eval of round ROUND's model (runs/<exp>/round_<ROUND>/train/model; 0 = init policy) on the recipe's held-out splits; prints the metrics [OUT=dir]
+	$(JOB) $(BIN)/selskill eval $(RECIPE_ARGS) --round $(ROUND) $(if $(OUT),--out $(OUT))
 
 bench-mini: $(STAMP)  ## the CPU replication: init -> R1 -> R2 + round-1 ablations (recipes/mini.yaml; hours; resumable)
 	$(JOB) $(BIN)/selskill bench mini --config $(if $(filter command line,$(origin RECIPE)),$(RECIPE),recipes/mini.yaml) $(if $(filter command line environment,$(origin EXP)),--exp $(EXP))

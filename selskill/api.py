@@ -65,8 +65,6 @@ def _stage_dir(run_dir: str | Path, round: int, stage: str):
         produce = (
             f"run that stage (`python {script} --config RECIPE --round {round}`, once per rank) or the whole "
             f"round (`make round ROUND={round}`)"
-            if stage != "eval"
-            else f"evaluate the round (`make eval ROUND={round}`, or `python {script} --config RECIPE --round {round}`)"
         )
         raise FileNotFoundError(f"no {stage} stage at {sd.path} ({where}): {produce}")
     return sd, kind

@@ -79,7 +79,9 @@ def test_a_missing_stage_names_its_path_and_how_to_produce_it(run):
     assert "pipelines/label.py" in str(err.value) and "make round ROUND=2" in str(err.value)
     with pytest.raises(FileNotFoundError, match="rounds here: 0, 1, 2"):
         selskill.load_forks(run, 7)
-    with pytest.raises(FileNotFoundError, match="make eval ROUND=7"):
+    with pytest.raises(
+        FileNotFoundError, match=r"pipelines/evaluate.py --config RECIPE --round 7`, once per rank"
+    ):
         selskill.load_eval(run, 7)
 
 

@@ -1,8 +1,10 @@
 """The user-facing commands: gen-games, verify-games, play, --help."""
 
 import json
+import shlex
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -197,3 +199,20 @@ def test_without_trl_a_recipe_command_s_help_says_what_lists_the_keys():
     assert out.stdout.rstrip().endswith(
         "recipe keys: listing them needs trl, which is not installed: pip install 'selskill[train]'"
     )
+
+
+def test_make_eval_is_selskill_eval_of_the_rounds_model(tmp_path, capsys):
+    """`make eval ROUND=r` runs `selskill eval` on the recipe's round-r model and held-out splits."""
+    root = Path(__file__).resolve().parents[1]
+    made = subprocess.run(
+        ["make", "-n", "-o", ".venv/.selskill-installed", "eval", "ROUND=2", "RECIPE=recipes/micro.yaml"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+    )
+    line = next(x for x in made.stdout.splitlines() if "selskill eval" in x)
+    argv = shlex.split(line.split("selskill eval", 1)[1])
+    assert argv == ["--config", "recipes/micro.yaml", "--round", "2"]
+    assert main(["eval", *argv, "--runs_dir", str(tmp_path), "--dry_run"]) == 0
+    out = capsys.readouterr().out
+    assert f"would evaluate {tmp_path / 'micro' / 'round_2' / 'train' / 'model'} on " in out

@@ -221,7 +221,7 @@ def test_slurm_wait_returns_once_the_markers_are_complete_and_fails_on_a_job_gon
     )
     done = lambda: looks.exists() and len(looks.read_text().splitlines()) >= 2  # noqa: E731
     lines = []
-    executor = SlurmExecutor(wait=True, poll_seconds=0.01, out=lines.append)
+    executor = SlurmExecutor(SlurmOptions(wait=True, poll_seconds=0.01), out=lines.append)
     executor.run(recipe, [polled("sample", done)])
     assert executor.waits and lines[-1].startswith("sample: complete (job 77")
     assert len(looks.read_text().splitlines()) == 2  # it stopped looking once the markers were there
@@ -231,14 +231,14 @@ def test_slurm_wait_returns_once_the_markers_are_complete_and_fails_on_a_job_gon
     with pytest.raises(
         StageFailed, match="fork: job 77 left the queue before every rank.*Rerun the same command"
     ):
-        SlurmExecutor(wait=True, poll_seconds=0.01, out=lines.append).run(recipe, [never])
+        SlurmExecutor(SlurmOptions(wait=True, poll_seconds=0.01), out=lines.append).run(recipe, [never])
     assert len(looks.read_text().splitlines()) == 4  # three looks while queued, one that found it gone
 
 
 def test_slurm_wait_is_a_recipe_key_and_dry_run_never_waits():
     recipe = load_recipe(["--config", "recipes/tiny.yaml", "--executor", "slurm", "--slurm_wait", "true"])
     executor = make_executor(recipe)
-    assert executor.waits and executor.poll_seconds == 30.0
+    assert executor.waits and executor.options.poll_seconds == 30.0
     dry = load_recipe(["--config", "recipes/tiny.yaml", "--executor", "slurm", "--slurm_wait", "--dry_run"])
     assert not make_executor(dry).waits
 
@@ -497,3 +497,13 @@ def test_ctrl_c_ends_on_one_line_and_each_rank_unwinds(tmp_path):
     assert proc.returncode == 130 and "Traceback" not in err and "KeyboardInterrupt" not in err, err
     assert lines[-1] == INTERRUPTED_LINE and err.count("interrupted") == 1, err
     assert all((runs / f"unwound-{r}").exists() and not (runs / f"done-{r}").exists() for r in (0, 1))
+
+
+def test_the_slurm_keys_are_slurm_options_fields_with_their_defaults():
+    """Each `slurm_*` key configures the `SlurmOptions` field of its name, whose default it takes."""
+    from selskill.config.executor import ExecutorConfig
+
+    assert ExecutorConfig().slurm() == SlurmOptions()
+    ex = load_recipe(["--config", "recipes/tiny.yaml", "--slurm_partition", "gpu", "--slurm_wait", "true",
+                      "--slurm_poll_seconds", "2", "--slurm_train_gpus", "8"]).executor  # fmt: skip
+    assert ex.slurm() == SlurmOptions(partition="gpu", wait=True, poll_seconds=2.0, train_gpus=8)

@@ -50,6 +50,7 @@ def test_a_bad_level_is_refused_naming_the_levels(tmp_path, capsys):
 
 def test_the_recipes_log_level_sets_selskills_level_in_any_case():
     recipe = load_recipe(["--config", TINY, "--log_level", "WARNING"])
+    assert recipe.run.log_level == "warning"
     assert recipe.train.log_level == "warning"  # what TRL's Trainer reads for transformers' level
     assert logging.getLogger("selskill").level == logging.WARNING
     load_recipe(["--config", TINY])  # passive, TRL's default: selskill says what it does

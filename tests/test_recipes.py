@@ -434,3 +434,68 @@ def test_a_recipe_that_is_not_utf8_names_the_file_and_the_fix(tmp_path, capsys):
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1, (name, err)
         assert f"recipe {recipe} is not UTF-8" in err and "0xe9" in err and "save it as UTF-8" in err, err
+
+
+def test_every_recipe_key_is_one_field_of_one_section():
+    """One home per setting: each key is one dataclass field across every section a recipe is parsed into
+    (the benchmarks' own included, TRL's fields counted where they are train keys), and the parser's
+    options are exactly those keys. A TRL field that is no train key is declared as such, naming where
+    its setting lives, and stays a field, where TRL reads it."""
+    from collections import Counter
+    from dataclasses import fields
+
+    from trl import DPOConfig, ModelConfig
+
+    from selskill.config import make_parser, recipe_dataclasses
+    from selskill.config.keys import recipe_fields, recipe_keys
+    from selskill.config.train import NOT_RECIPE_KEYS, OWNED_ELSEWHERE, TrainConfig
+
+    sections = recipe_dataclasses()
+    homes = Counter(f.name for t in sections for f in recipe_fields(t))
+    assert [key for key, n in homes.items() if n > 1] == []
+    options = {a.dest for a in make_parser()._actions if a.dest != "help"}
+    assert options == set(homes)
+    by_name = {t.__name__: t for t in sections}
+    for key, owner in OWNED_ELSEWHERE.items():  # each owned key is its owner's recipe key
+        assert key in recipe_keys(by_name[owner]) and key not in recipe_keys(TrainConfig)
+    trl = {f.name for t in (DPOConfig, ModelConfig) for f in fields(t)}
+    assert trl <= {f.name for f in fields(TrainConfig)}  # no TRL field removed from the class
+    assert set(NOT_RECIPE_KEYS) <= trl and set(TrainConfig._not_recipe_keys) == set(NOT_RECIPE_KEYS) | set(
+        OWNED_ELSEWHERE
+    )
+
+
+def test_run_wide_keys_are_the_run_sections_and_reach_trl_through_the_train_stage():
+    """`dry_run`, `report_to` and `log_level` are run keys, spelt as TRL spells them; the DPOConfig the train
+    stage builds takes them, and the seed, from the run section."""
+    from selskill.config.keys import recipe_keys
+    from selskill.config.train import TrainConfig
+    from selskill.train.args import training_args
+
+    recipe = load_recipe(
+        ["--config", "recipes/tiny.yaml", "--dry_run", "--log_level", "WARNING", "--seed", "7"]
+    )
+    assert "report_to: wandb" in (ROOT / "recipes" / "tiny.yaml").read_text()
+    assert recipe.run.report_to == ["wandb"] and recipe.run.dry_run and recipe.run.log_level == "warning"
+    assert {"dry_run", "report_to", "log_level", "seed"}.isdisjoint(recipe_keys(TrainConfig))
+    args = training_args(recipe.run, recipe.policy, recipe.train)
+    assert (args.report_to, args.log_level, args.seed) == (["wandb"], "warning", 7)
+    none = load_recipe(["--config", "recipes/tiny.yaml", "--report_to", "none"])
+    assert none.run.report_to == [] and training_args(none.run, none.policy, none.train).report_to == []
+
+
+def test_the_machine_is_the_train_stages_question(monkeypatch, tmp_path):
+    """Building the train section asks nothing of the machine; the train stage's DPOConfig decides bf16 where
+    the recipe leaves it unset and makes a launch without accelerators one CPU group."""
+    from selskill.config.run import PolicyConfig, RunConfig
+    from selskill.config.train import TrainConfig
+    from selskill.train import args as train_args
+
+    asked = []
+    monkeypatch.setattr(train_args, "bf16_available", lambda: asked.append("bf16") or False)
+    monkeypatch.setattr(train_args, "cpu_only_launch", lambda: asked.append("launch") or True)
+    section = TrainConfig(output_dir=str(tmp_path))
+    assert asked == [] and section.bf16 is None and not section.use_cpu
+    args = train_args.training_args(RunConfig(), PolicyConfig(), section)
+    assert "bf16" in asked and "launch" in asked
+    assert args.bf16 is False and args.use_cpu and section.bf16 is None and not section.use_cpu

@@ -377,3 +377,21 @@ def test_turn_records_carry_the_decision_token_and_the_message_index(policy, ind
     start = fork_start(row, point, "skip")
     assert start.messages == messages[:4] and start.turns == row["turns"][:1]
     assert start.token_ids == row["token_ids"][: cands[1]["token_offset"]]
+
+
+def test_the_runner_config_is_the_rollout_sections_with_its_defaults():
+    """Every runner setting but the stage's sampling comes from the rollout key of its name (or the
+    `retrieval_*` key `ROLLOUT_KEYS` names), and a runner built by hand has the rollout section's defaults."""
+    from selskill.config.rollout import RolloutConfig
+
+    assert RunnerConfig.of(RolloutConfig(), 1.0) == RunnerConfig()
+    rollout = RolloutConfig(
+        max_decisions=7, max_env_steps=9, max_context_tokens=999, max_new_tokens=11, concurrent_episodes=3,
+        listing_style="full", env_overlap=False, action_choice="admissible", retrieval_mode="task",
+        retrieval_pseudo_skills=True, retrieval_pseudo_max_new_tokens=17,
+    )  # fmt: skip
+    assert RunnerConfig.of(rollout, 0.7, 0.9) == RunnerConfig(
+        max_decisions=7, max_env_steps=9, max_context_tokens=999, max_new_tokens=11, temperature=0.7,
+        top_p=0.9, concurrent_episodes=3, listing_style="full", env_overlap=False, action_choice="admissible",
+        pseudo_skills=True, pseudo_skill_tokens=17,
+    )  # fmt: skip

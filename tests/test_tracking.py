@@ -70,10 +70,8 @@ def test_each_stage_logs_its_figures_once_to_an_offline_run_of_the_experiments_g
     from selskill.stages.wandb_log import log_stage
 
     recipe = _recipe(exp, "--report_to", "wandb")
-    assert all(log_stage(recipe.run, name, recipe.train.report_to) for name in STAGES)
-    assert not any(
-        log_stage(recipe.run, name, recipe.train.report_to) for name in STAGES
-    )  # the same content is logged once
+    assert all(log_stage(recipe.run, name) for name in STAGES)
+    assert not any(log_stage(recipe.run, name) for name in STAGES)  # the same content is logged once
     runs = {}
     for name in STAGES:
         stage = StageDir.of(exp.parent, "fx", 1, name)
@@ -115,7 +113,7 @@ def test_each_stage_logs_its_figures_once_to_an_offline_run_of_the_experiments_g
         assert runs["eval"][f"eval/{split}/delta_sr"] == delta[split]["diff"]
 
     # round 0 (the starting policy) is a run of its own in the same group
-    assert log_stage(recipe.run.replace(round=0), "eval", recipe.train.report_to)
+    assert log_stage(recipe.run.replace(round=0), "eval")
     run, summary = read_run(exp / "round_0" / "eval")
     assert (
         run["display_name"] == "fx-round0-eval" and summary["round"] == 0 and "eval/valid_seen/sr" in summary
@@ -126,7 +124,7 @@ def test_a_stage_with_a_rank_missing_logs_nothing_yet(exp):
     from selskill.stages.wandb_log import log_stage
 
     recipe = _recipe(exp, "--report_to", "wandb", "--world_size", "2")
-    assert not log_stage(recipe.run, "sample", recipe.train.report_to)
+    assert not log_stage(recipe.run, "sample")
     assert not (exp / "round_1" / "sample" / "wandb").exists()
 
 
@@ -134,9 +132,9 @@ def test_report_to_none_or_wandb_disabled_logs_nothing(exp, monkeypatch):
     from selskill.report import build_report
     from selskill.stages.wandb_log import log_stage
 
-    assert not log_stage(_recipe(exp).run, "sample", ["none"])
+    assert not log_stage(_recipe(exp, "--report_to", "none").run, "sample")
     monkeypatch.setenv("WANDB_MODE", "disabled")
-    assert not log_stage(_recipe(exp).run, "sample", ["wandb"])
+    assert not log_stage(_recipe(exp, "--report_to", "wandb").run, "sample")
     build_report(exp, n_boot=20)
     assert not list(exp.glob("**/wandb"))
 
@@ -145,7 +143,7 @@ def test_the_report_logs_its_plots_as_images_where_the_stages_logged(exp):
     from selskill.report import build_report
     from selskill.stages.wandb_log import log_stage
 
-    assert log_stage(_recipe(exp).run, "sample", ["wandb"])
+    assert log_stage(_recipe(exp, "--report_to", "wandb").run, "sample")
     rep = build_report(exp, n_boot=20)
     run, summary = read_run(exp, assembled=True)
     assert (run["run_group"], run["job_type"], run["display_name"]) == ("fx", "report", "fx-report")
@@ -168,7 +166,7 @@ def test_without_wandb_installed_one_line_says_so_and_the_stages_run_on(exp, mon
     monkeypatch.setitem(sys.modules, "wandb", None)  # `import wandb` fails as if it were not installed
     monkeypatch.setattr(tracking, "_missing_said", False)
     recipe = _recipe(exp, "--report_to", "wandb")
-    assert not log_stage(recipe.run, "sample", ["wandb"]) and not log_stage(recipe.run, "branch", ["wandb"])
+    assert not log_stage(recipe.run, "sample") and not log_stage(recipe.run, "branch")
     err = capsys.readouterr().err
     assert err.count("wandb is not installed: pip install 'selskill[wandb]'") == 1
 

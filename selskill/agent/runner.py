@@ -40,7 +40,7 @@ from selskill.agent.listings import DecisionListings
 from selskill.agent.parser import parse_turn
 from selskill.agent.transcript import after_skill
 from selskill.agent.turn_format import TOOL_CALL_OPEN, TurnFormat
-from selskill.config.rollout import ENV_STEP_CAP, MAX_DECISIONS
+from selskill.config.rollout import RolloutConfig
 from selskill.data.records import Episode, Turn
 from selskill.data.schema import ROLE_ASSISTANT, ROLE_OBSERVATION, ROLE_PROMPT, ROLE_SKILL_RETURN
 from selskill.envs.base import Env, EnvError
@@ -51,29 +51,50 @@ from selskill.skills.pseudo_skills import generate_pseudo_skills_batch
 from selskill.skills.retrieval import SkillRetriever
 from selskill.skills.step_records import EpisodePrefix
 
+# RunnerConfig's fields that the rollout section spells otherwise (its `retrieval_` keys)
+ROLLOUT_KEYS = {
+    "pseudo_skills": "retrieval_pseudo_skills",
+    "pseudo_skill_tokens": "retrieval_pseudo_max_new_tokens",
+}
+# what each stage samples with (sample and fork: their section's; eval: greedy), not the rollout section
+STAGE_KEYS = ("temperature", "top_p")
+
 
 @dataclass(frozen=True)
 class RunnerConfig:
+    """How the runner plays episodes: the rollout section's keys (`of`) and the stage's sampling.
+
+    Every field but `STAGE_KEYS` is a rollout key of the same name (or `ROLLOUT_KEYS`' name), and
+    its default is that key's default.
+    """
+
     # the step budget: every decision (action, skill call, malformed turn) is one step
-    max_decisions: int = MAX_DECISIONS
+    max_decisions: int = RolloutConfig.max_decisions
     # a safety cap on environment commands, not the budget (an executable skill runs several)
-    max_env_steps: int = ENV_STEP_CAP
-    max_context_tokens: int = 8192
-    max_new_tokens: int = 96
+    max_env_steps: int = RolloutConfig.max_env_steps
+    max_context_tokens: int = RolloutConfig.max_context_tokens
+    max_new_tokens: int = RolloutConfig.max_new_tokens
     temperature: float = 1.0
     top_p: float = 1.0
-    concurrent_episodes: int = 32
-    listing_style: str = "compact"
+    concurrent_episodes: int = RolloutConfig.concurrent_episodes
+    listing_style: str = RolloutConfig.listing_style
     # play episodes in a child process, half a batch at a time, so the environments step
     # while the policy generates (EpisodeRunner); needs a picklable env factory
-    env_overlap: bool = True
+    env_overlap: bool = RolloutConfig.env_overlap
     # free: the policy writes any command; admissible: once it opens `<action>`, only admissible
     # commands can follow; decision: every turn is one action or skill call (selskill/agent/action_choice.py)
-    action_choice: str = "free"
+    action_choice: str = RolloutConfig.action_choice
     # `task` retrieval: the policy writes pseudo-skills for each task first (SkillDreamer's PSG),
     # greedily, each of its answers at most `pseudo_skill_tokens` tokens
-    pseudo_skills: bool = False
-    pseudo_skill_tokens: int = 256
+    pseudo_skills: bool = RolloutConfig.retrieval_pseudo_skills
+    pseudo_skill_tokens: int = RolloutConfig.retrieval_pseudo_max_new_tokens
+
+    @classmethod
+    def of(cls, rollout: RolloutConfig, temperature: float, top_p: float = 1.0) -> RunnerConfig:
+        """The runner config of the recipe's rollout section, sampling at `temperature` and `top_p`."""
+        names = [f.name for f in dataclasses.fields(cls) if f.name not in STAGE_KEYS]
+        keys = {name: getattr(rollout, ROLLOUT_KEYS.get(name, name)) for name in names}
+        return cls(**keys, temperature=temperature, top_p=top_p)
 
     def __post_init__(self):
         check_action_choice(self.action_choice)

@@ -31,7 +31,7 @@ def _init(args: argparse.Namespace) -> int:
     from selskill.stages.task_source import ensure_games
 
     recipe = load_recipe(args.recipe_args)
-    if recipe.train.dry_run:
+    if recipe.run.dry_run:
         describe_only(recipe.with_run(round=1, rank=0, world_size=1), "init")
         return 0
     if recipe.policy.model_name_or_path and not recipe.policy.init_sft:
@@ -56,7 +56,11 @@ def _round(args: argparse.Namespace) -> int:
 
 
 def _eval_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", required=True, help="model directory (or hub id when you ask for one)")
+    p.add_argument(
+        "--model",
+        help="model directory (or hub id when you ask for one); default: the recipe's round `--round` model, "
+        "runs/<exp>/round_<round>/train/model (round 0: the init policy)",
+    )
     p.add_argument("--games", help="games root (<games>/<split>/...); default: the recipe's games")
     p.add_argument(
         "--out", help="also write the rows and metrics.json to this directory (no-skills rows in headroom/)"
@@ -66,16 +70,18 @@ def _eval_arguments(p: argparse.ArgumentParser) -> None:
 def _eval(args: argparse.Namespace) -> int:
     from selskill.config import load_recipe
     from selskill.stages.evaluate import evaluate_model
+    from selskill.stages.policy_source import eval_policy_path
 
     recipe = load_recipe(args.recipe_args)
-    if recipe.train.dry_run:
+    model = args.model or eval_policy_path(recipe.run, must_exist=not recipe.run.dry_run)
+    if recipe.run.dry_run:
         where = args.games or f"the recipe's {recipe.run.benchmark} tasks"
         print(
-            f"dry run: would evaluate {args.model} on {recipe.eval.eval_splits} of {where} (eval_mode "
+            f"dry run: would evaluate {model} on {recipe.eval.eval_splits} of {where} (eval_mode "
             f"{recipe.eval.eval_mode}){f', writing {args.out}' if args.out else ''}; nothing computed or written"
         )
         return 0
-    evaluate_model(recipe, args.model, games=args.games, out=args.out)
+    evaluate_model(recipe, model, games=args.games, out=args.out)
     return 0
 
 
@@ -125,7 +131,8 @@ COMMANDS = [
         description="Play every game of the recipe's eval splits under --games (or the recipe's games) greedily "
         "with --model and print the paper's metrics with 95% bootstrap intervals; with --eval_headroom true, "
         "also play the first split without skills and print the skills' headroom (won with vs without them, "
-        "per task). Example: selskill eval --model runs/tiny/round_1/train/model --games runs/games-tiny --config "
+        "per task). Without --model it evaluates the recipe's round --round model (what `make eval ROUND=r` "
+        "runs). Example: selskill eval --model runs/tiny/round_1/train/model --games runs/games-tiny --config "
         "recipes/tiny.yaml",
         add_arguments=_eval_arguments,
         run=_eval,

@@ -1,15 +1,21 @@
 """Recipe configuration: one flat YAML per recipe, parsed with `trl.TrlParser`.
 
 A recipe is parsed into one dataclass per section, all defined in this package, which
-imports nothing of selskill but itself: the stages, the init builders and the trainer
-import their section from here, never the reverse, so parsing a recipe loads none of the
-code it configures. Field names are unique across the sections (each carries its
-section's prefix), a key that no section knows fails loudly naming the key, and
-`--key value` on the command line overrides the YAML.
+imports of selskill only the layers below it (`selskill.registry`, to find each benchmark's
+own section, and `selskill.logs`, to apply `log_level`): the stages, the init builders and
+the trainer import their section from here, never the reverse, so parsing a recipe loads
+none of the code it configures.
+
+Every recipe key is one field of one section (`selskill.config.keys.recipe_fields`; field
+names are unique across the sections, each carrying its section's prefix), a key that no
+section knows fails loudly naming the key, and `--key value` on the command line overrides
+the YAML. The train section is TRL's DPOConfig, so it holds TRL fields that are keys of other
+sections; `selskill.config.train.OWNED_ELSEWHERE` maps each to its owner, whose value the
+field takes at parse time: the recipe-wide `seed`, and the run-wide `report_to` and
+`log_level`, are the run section's keys.
 
 An entry point parses once (`load_recipe`, or `parse_sections` with the sections it
-needs) and hands the parsed sections on. The recipe-wide seed is the run section's `seed`;
-the train section gets it as TRL's `seed` (`selskill.config.train.OWNED_ELSEWHERE`).
+needs) and hands the parsed sections on.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from typing import TYPE_CHECKING
 from selskill.config.checks import bad_value, check_at_least, check_choice, check_types, check_unit
 from selskill.config.executor import ExecutorConfig
 from selskill.config.init import InitConfig
+from selskill.config.keys import recipe_fields
 from selskill.config.rollout import RolloutConfig
 from selskill.config.run import PolicyConfig, RunConfig
 from selskill.config.stages import BranchConfig, EvalConfig, ForkConfig, LabelConfig, SampleConfig
@@ -110,10 +117,43 @@ def make_parser(dataclass_types: Sequence[type] | None = None, **kwargs):
     Abbreviated keys are refused: in one flat recipe a prefix may name a key of another
     section than the one a reader expects.
     """
+    types = tuple(dataclass_types or recipe_dataclasses())
+    return _checked_types(_quiet_errors(_recipe_parser()(types, **{"allow_abbrev": False, **kwargs})), types)
+
+
+def _recipe_parser() -> type:
+    """TrlParser over each section's recipe keys (`recipe_fields`), not every field of its dataclass.
+
+    HfArgumentParser adds an option for every field and builds each section from every field of
+    its name: the train section's TRL fields that are other sections' keys would be second
+    options. Here only recipe keys become options, and a field another section owns (a
+    section's `_owned_elsewhere`: field -> owning section) takes the owner's value as parsed.
+    The owners come first in `recipe_dataclasses()`, and in every partial parse.
+    """
+    from transformers.hf_argparser import get_type_hints
     from trl import TrlParser
 
-    types = tuple(dataclass_types or recipe_dataclasses())
-    return _checked_types(_quiet_errors(TrlParser(types, **{"allow_abbrev": False, **kwargs})), types)
+    class RecipeParser(TrlParser):
+        def _add_dataclass_arguments(self, dtype):
+            name = getattr(dtype, "_argument_group_name", None)
+            group = self.add_argument_group(name) if name else self
+            hints = get_type_hints(dtype)
+            for f in recipe_fields(dtype):
+                f.type = hints[f.name]  # resolved as HfArgumentParser resolves it
+                self._parse_dataclass_field(group, f)
+
+        def parse_args_into_dataclasses(self, args=None, return_remaining_strings=False, **_):
+            namespace, rest = self.parse_known_args(args=args)
+            values, built = vars(namespace), {}
+            for dtype in self.dataclass_types:
+                keys = {f.name: values[f.name] for f in recipe_fields(dtype)}
+                owned = getattr(dtype, "_owned_elsewhere", {})
+                keys |= {k: getattr(built[owner], k) for k, owner in owned.items() if owner in built}
+                built[dtype.__name__] = dtype(**keys)
+            sections = tuple(built.values())
+            return (*sections, rest) if return_remaining_strings else sections
+
+    return RecipeParser
 
 
 def parse_sections(argv: Sequence[str] | None = None, dataclass_types: Sequence[type] | None = None) -> tuple:
@@ -129,14 +169,13 @@ def parse_sections(argv: Sequence[str] | None = None, dataclass_types: Sequence[
     argv = list(argv) if argv is not None else None
     check_recipe_file(argv)
     check_removed_keys(argv)
-    known = {f.name for t in every for f in dataclasses.fields(t) if f.init}
+    known = {f.name for t in every for f in recipe_fields(t)}
     *sections, from_file, from_args = parser.parse_args_and_config(
         args=argv, return_remaining_strings=True, separate_remaining_strings=True
     )
     # a partial parse leaves the other sections' keys; a whole one leaves only what no section has
     _check_leftovers(from_file, from_args, known if set(types) != set(every) else set(), argv)
     sections = tuple(sections)
-    _fill_owned_elsewhere(sections)
     attach_settings(sections)
     check_sections(sections)
     _apply_log_level(sections)
@@ -149,7 +188,7 @@ def _apply_log_level(sections: Sequence) -> None:
     from selskill.logs import configure
 
     for section in sections:
-        if hasattr(section, "log_level"):
+        if isinstance(section, RunConfig):
             configure(section.log_level)
 
 
@@ -183,12 +222,7 @@ def _unknown_keys(keys: Sequence[str], where: str) -> ValueError:
     from selskill.config.train import NOT_RECIPE_KEYS
 
     valid = sorted(
-        {
-            f.name
-            for t in recipe_dataclasses()
-            for f in dataclasses.fields(t)
-            if f.init and not f.name.startswith("_")
-        }
+        {f.name for t in recipe_dataclasses() for f in recipe_fields(t) if not f.name.startswith("_")}
     )
     parts = []
     for key in keys:
@@ -199,19 +233,6 @@ def _unknown_keys(keys: Sequence[str], where: str) -> ValueError:
             parts.append(f"{key} (did you mean {' or '.join(close)}?)" if close else key)
     s = "s" if len(keys) > 1 else ""
     return ValueError(f"unknown recipe key{s} {where}: {', '.join(parts)}; `--help` lists every key")
-
-
-def _fill_owned_elsewhere(sections: Sequence) -> None:
-    """TRL's `seed` and `trust_remote_code` in the train section take the run's and the policy's."""
-    from selskill.config.train import OWNED_ELSEWHERE
-
-    by_name = {type(s).__name__: s for s in sections}
-    train = by_name.get("TrainConfig")
-    if train is None:
-        return
-    for key, owner in OWNED_ELSEWHERE.items():
-        if owner in by_name:
-            setattr(train, key, getattr(by_name[owner], key))
 
 
 def attach_settings(sections: Sequence) -> None:

@@ -13,6 +13,8 @@ import types
 import typing
 from collections.abc import Sequence
 
+from selskill.config.keys import recipe_fields
+
 
 def bad_value(key: str, value: object, rule: str, why: str = "") -> ValueError:
     """The error of a recipe key with a bad value: the key, the rule, the value, and where to fix it."""
@@ -176,8 +178,8 @@ def check_types(dataclass_types: Sequence[type], values: dict, unset: dict | Non
     unset = unset or {}
     for dtype in dataclass_types:
         hints = typing.get_type_hints(dtype)
-        for f in dataclasses.fields(dtype):
-            if not f.init or f.name not in values or f.name not in hints:
+        for f in recipe_fields(dtype):
+            if f.name not in values or f.name not in hints:
                 continue
             if f.name in unset and values[f.name] is unset[f.name]:
                 continue

@@ -1,7 +1,9 @@
 """The executor section: how a round's stages run over their ranks (selskill/executors/).
 
 None of these keys changes a row, so no stage records them among its inputs: they are a
-section of their own, never handed to a stage.
+section of their own, never handed to a stage. The `slurm_*` keys configure `SlurmOptions`,
+whose fields hold their defaults: the keys take theirs from it and `ExecutorConfig.slurm`
+builds it from them (`prefixed_values`), so each is written once.
 """
 
 from __future__ import annotations
@@ -9,7 +11,24 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from selskill.config.checks import check_at_least, check_choice
+from selskill.config.keys import prefixed_values
 from selskill.config.names import EXECUTORS
+
+
+@dataclass(frozen=True)
+class SlurmOptions:
+    """What the Slurm executor submits with (`selskill.executors.slurm`): one field per `slurm_*` key."""
+
+    partition: str = ""
+    time: str = ""
+    cpus_per_task: int = 1
+    gpus_per_task: int = 0
+    train_gpus: int = 0
+    mem: str = ""
+    array_parallelism: int = 0
+    sbatch_args: str = ""
+    wait: bool = False  # return once every stage's markers are written, not once the jobs are queued
+    poll_seconds: float = 30.0
 
 
 @dataclass
@@ -33,39 +52,46 @@ class ExecutorConfig:
         },
     )
     slurm_partition: str = field(
-        default="", metadata={"help": "executor slurm: --partition (empty: the default)"}
+        default=SlurmOptions.partition, metadata={"help": "executor slurm: --partition (empty: the default)"}
     )
-    slurm_time: str = field(default="", metadata={"help": "executor slurm: --time per job, e.g. 04:00:00"})
-    slurm_cpus_per_task: int = field(default=1, metadata={"help": "executor slurm: --cpus-per-task"})
+    slurm_time: str = field(
+        default=SlurmOptions.time, metadata={"help": "executor slurm: --time per job, e.g. 04:00:00"}
+    )
+    slurm_cpus_per_task: int = field(
+        default=SlurmOptions.cpus_per_task, metadata={"help": "executor slurm: --cpus-per-task"}
+    )
     slurm_gpus_per_task: int = field(
-        default=0, metadata={"help": "executor slurm: GPUs of each rank's job (--gres=gpu:N)"}
+        default=SlurmOptions.gpus_per_task,
+        metadata={"help": "executor slurm: GPUs of each rank's job (--gres=gpu:N)"},
     )
     slurm_train_gpus: int = field(
-        default=0,
+        default=SlurmOptions.train_gpus,
         metadata={
             "help": "executor slurm: GPUs of the one-job stages, init and train (0 = slurm_gpus_per_task)"
         },
     )
-    slurm_mem: str = field(default="", metadata={"help": "executor slurm: --mem per job, e.g. 64G"})
+    slurm_mem: str = field(
+        default=SlurmOptions.mem, metadata={"help": "executor slurm: --mem per job, e.g. 64G"}
+    )
     slurm_array_parallelism: int = field(
-        default=0,
+        default=SlurmOptions.array_parallelism,
         metadata={"help": "executor slurm: at most this many ranks of a stage at once (0 = no limit)"},
     )
     slurm_sbatch_args: str = field(
-        default="",
+        default=SlurmOptions.sbatch_args,
         metadata={
             "help": "executor slurm: more sbatch options, one #SBATCH line each (e.g. '--account=a --qos=b')"
         },
     )
     slurm_wait: bool = field(
-        default=False,
+        default=SlurmOptions.wait,
         metadata={
             "help": "executor slurm: wait until every stage's completion markers are written, then print the "
             "round's summary (false: return once the jobs are queued)"
         },
     )
     slurm_poll_seconds: float = field(
-        default=30.0,
+        default=SlurmOptions.poll_seconds,
         metadata={"help": "executor slurm with slurm_wait: seconds between looks at the markers"},
     )
     ray_address: str = field(
@@ -96,3 +122,7 @@ class ExecutorConfig:
             "ray_train_gpus",
             "slurm_poll_seconds",
         )
+
+    def slurm(self) -> SlurmOptions:
+        """The Slurm executor's options: the `slurm_*` keys."""
+        return SlurmOptions(**prefixed_values(self, "slurm_"))

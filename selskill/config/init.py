@@ -14,7 +14,6 @@ demonstrations) are in its plugin's recipe section.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 
 from selskill.config.checks import check_above, check_at_least, check_share
@@ -60,13 +59,6 @@ class InitTraining:
     vocab_size: int = 2048
     arch: TinyArch = field(default_factory=TinyArch)
     sft: SftSchedule = field(default_factory=SftSchedule)
-
-
-def prefixed_values(section, prefix: str) -> dict:
-    """`section`'s keys that start with `prefix`, by the rest of their name: the fields of the settings
-    object those keys configure (`init_demo_useful` -> `useful`)."""
-    return {f.name[len(prefix) :]: getattr(section, f.name) for f in dataclasses.fields(section)
-            if f.name.startswith(prefix)}  # fmt: skip
 
 
 # --- the recipe section ------------------------------------------------------------------------

@@ -1,11 +1,18 @@
 """The run section (where a run lives, which shard this process computes, the benchmark, the
-seed) and the policy section (the model that samples)."""
+seed, and how the whole run behaves: `dry_run`, `report_to`, `log_level`) and the policy
+section (the model that samples).
+
+`report_to` and `log_level` are TRL's `TrainingArguments` keys, spelt as TRL spells them:
+every stage reads them here, and the train stage hands them to the DPOConfig it trains with
+(`selskill.config.train.OWNED_ELSEWHERE`).
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from selskill.config.checks import check_choice
+from selskill.logs import CHOICES as LOG_LEVELS
 from selskill.registry import DEFAULT_BENCHMARK, benchmark, names
 
 
@@ -37,6 +44,33 @@ class RunConfig:
     wandb_project: str = field(
         default="selskill", metadata={"help": "wandb project (offline unless a key is set)"}
     )
+    dry_run: bool = field(
+        default=False,
+        metadata={
+            "help": "print what each stage would run and what training would do (effective batch size, steps, "
+            "pairs if present); compute, write, load and submit nothing"
+        },
+    )
+    # TrainingArguments' key, TRL's type and spelling (`report_to: wandb`), for every stage of the run
+    report_to: None | str | list[str] = field(
+        default="none",
+        metadata={
+            "help": "where the run reports: wandb (every stage and the trainer log to wandb, offline without a key; "
+            "selskill.tracking) or none; the train stage passes it to TRL's DPOConfig, so TRL's other "
+            "integrations reach the trainer"
+        },
+    )
+    # TrainingArguments' key, for the whole run: selskill's messages in every process (selskill.logs) and, when
+    # the train stage runs, transformers' (TRL's meaning); any case, as Python's level names are upper case
+    log_level: str = field(
+        default="passive",
+        metadata={
+            "help": "how much selskill says, in every process of the run: debug, info, warning, error or critical "
+            "(any case; passive = info and leaves transformers' level alone); the train stage also sets "
+            "transformers' level to it",
+            "choices": list(LOG_LEVELS),
+        },
+    )
     benchmark: str = field(
         default=DEFAULT_BENCHMARK,
         metadata={
@@ -55,6 +89,8 @@ class RunConfig:
             )
         if self.round < 0:
             raise ValueError(f"round must be >= 0; got {self.round}")
+        self.log_level = self.log_level.lower()
+        self.report_to = report_targets(self.report_to)
         check_choice(self, "benchmark", names())
         # a run built without a recipe has its benchmark's defaults, as a recipe without its keys does
         settings = benchmark(self.benchmark).settings
@@ -68,6 +104,14 @@ class RunConfig:
         new = dataclasses.replace(self, **changes)
         new.benchmark_settings = self.benchmark_settings
         return new
+
+
+def report_targets(report_to) -> list:
+    """`report_to` as TRL's TrainingArguments holds it once built: a list, empty for `none`
+    (`all` is kept as it is: TRL resolves it to the integrations installed where it trains)."""
+    if report_to is None or report_to in ("none", ["none"]):
+        return []
+    return list(report_to) if isinstance(report_to, (list, tuple)) else [report_to]
 
 
 @dataclass

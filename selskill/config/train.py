@@ -1,15 +1,22 @@
 """The train section: TRL's `DPOConfig`, the LoRA keys of TRL's `ModelConfig`, and the SelSkill knobs.
 
 Every `DPOConfig`/`TrainingArguments` key (beta, learning_rate, num_train_epochs, max_length,
-bf16, gradient_checkpointing, precompute_ref_log_probs, report_to, ...) is a recipe key as
-TRL spells it, and so are `ModelConfig`'s PEFT keys (use_peft, lora_r, lora_alpha,
-lora_dropout, lora_target_modules, ...): the section is also a `ModelConfig`, so
-`trl.get_peft_config` reads it as TRL's own scripts read theirs. Our own keys carry the
-`train_` prefix so that they never clash with another section's; `dry_run` is the one
-exception, because users type `--dry_run`. Two TRL keys belong to other sections
-(`OWNED_ELSEWHERE`): the recipe-wide `seed` is the run section's, `trust_remote_code` the
-policy section's; parsing copies their values in. `ModelConfig`'s model-loading keys are not
-recipe keys (`NOT_RECIPE_KEYS` says what replaces each).
+bf16, gradient_checkpointing, precompute_ref_log_probs, ...) is a recipe key as TRL spells
+it, and so are `ModelConfig`'s PEFT keys (use_peft, lora_r, lora_alpha, lora_dropout,
+lora_target_modules, ...): the section is also a `ModelConfig`, so `trl.get_peft_config`
+reads it as TRL's own scripts read theirs. Our own keys carry the `train_` prefix so that
+they never clash with another section's.
+
+Some TRL fields are not keys of this section (`_not_recipe_keys`, read through
+`selskill.config.keys.recipe_fields`): those of `OWNED_ELSEWHERE` are keys of another section
+(the run-wide `seed`, `report_to` and `log_level` are the run section's, `trust_remote_code`
+the policy section's), whose value the field takes; `ModelConfig`'s model-loading fields are
+no keys at all (`NOT_RECIPE_KEYS` says what replaces each).
+
+The section depends on the recipe only: what depends on the machine (bf16 where the recipe
+leaves it unset, whether this machine supports it, a multi-process launch without
+accelerators) is decided by the train stage when it builds the DPOConfig it trains with
+(`selskill.train.args`).
 """
 
 from __future__ import annotations
@@ -20,7 +27,6 @@ from trl import DPOConfig, ModelConfig
 
 from selskill.config.checks import check_above, check_at_least
 from selskill.config.window import DEFAULT_WINDOW_N, WINDOW_ALL, parse_window_n
-from selskill.logs import CHOICES as LOG_LEVELS
 
 PAIR_KIND_CHOICES = ("episode", "local", "both")
 OVERFLOW_CHOICES = ("skip", "error")
@@ -30,29 +36,38 @@ PREFIX_SHARING_CHOICES = ("none", "pair", "branch")  # selskill/train/prefix_sha
 OBJECTIVE_CHOICES = ("dpo", "sft_wins")  # selskill/train/stage.py; sft_wins: selskill/train/wins.py
 
 
-def bf16_available() -> bool:
-    """True where bf16 mixed precision can run on an accelerator (CPU-only machines: False)."""
-    import torch
+# TRL fields that are keys of another section (argparse takes each key once): the recipe key is that
+# section's, and the train section's TRL field takes its value when the recipe is parsed
+# (`selskill.config.parse_sections`) and when the train stage builds its DPOConfig (`selskill.train.args`).
+OWNED_ELSEWHERE = {
+    "seed": "RunConfig",
+    "report_to": "RunConfig",
+    "log_level": "RunConfig",
+    "trust_remote_code": "PolicyConfig",
+}
 
-    return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
-
-
-def cpu_only_launch() -> bool:
-    """True in a process started by a multi-process launcher on a machine without accelerators."""
-    import os
-
-    if "LOCAL_RANK" not in os.environ:
-        return False
-    import torch
-
-    accel = getattr(torch, "accelerator", None)
-    return not (torch.cuda.is_available() or (accel is not None and accel.is_available()))
-
-
-def deepspeed_launch() -> bool:
-    import os
-
-    return os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true"
+_LOADING = (
+    "the trainer loads the policy with DPOConfig's model_init_kwargs, e.g. "
+    "`model_init_kwargs: {dtype: bfloat16, attn_implementation: sdpa}`"
+)
+_QUANTIZED = (
+    "quantized (QLoRA) base models are not supported: LoRA trains on the base in its model_init_kwargs dtype"
+)
+# `ModelConfig` keys that are not recipe keys, with what a recipe writes instead: the policy section
+# names the model (and each round trains round r-1's), and the trainer's own loader is the one way to
+# load it (two keys for one setting would disagree).
+NOT_RECIPE_KEYS = {
+    "model_name_or_path": "the policy section's key (round 1 starts from it; round r trains round r-1's model)",
+    "model_revision": _LOADING,
+    "dtype": _LOADING,
+    "attn_implementation": _LOADING,
+    "lora_task_type": "selskill trains causal language models only (CAUSAL_LM)",
+    "load_in_8bit": _QUANTIZED,
+    "load_in_4bit": _QUANTIZED,
+    "bnb_4bit_quant_type": _QUANTIZED,
+    "use_bnb_nested_quant": _QUANTIZED,
+    "bnb_4bit_quant_storage": _QUANTIZED,
+}
 
 
 @dataclass
@@ -69,6 +84,12 @@ class TrainConfig(DPOConfig, ModelConfig):
     _argument_group_name = (  # its heading in `--help`
         "train (TRL's DPOConfig keys, ModelConfig's use_peft and lora_* keys, and train_*)"
     )
+    # TRL's fields that are no keys of this section (`selskill.config.keys.recipe_fields`)
+    _not_recipe_keys = frozenset(OWNED_ELSEWHERE) | frozenset(NOT_RECIPE_KEYS)
+    _owned_elsewhere = OWNED_ELSEWHERE  # field -> the section whose key it is (`selskill.config`)
+    # whether building this config runs TRL's check that this machine supports bf16: not for the recipe
+    # section, which loads on any machine; the train stage's DPOConfig does (`selskill.train.args`)
+    _checks_machine = False
 
     train_objective: str = field(
         default="dpo",
@@ -183,24 +204,6 @@ class TrainConfig(DPOConfig, ModelConfig):
             "empty = train in the calling process"
         },
     )
-    dry_run: bool = field(
-        default=False,
-        metadata={
-            "help": "build the configs, resolve referenced files, count pairs if present, print the effective batch "
-            "size and number of steps; load no weights and train nothing"
-        },
-    )
-    # TrainingArguments' key, for the whole run: selskill's messages in every process (selskill.logs) and, when
-    # the train stage runs, transformers' (TRL's meaning); any case, as Python's level names are upper case
-    log_level: str = field(
-        default="passive",
-        metadata={
-            "help": "how much selskill says, in every process of the run: debug, info, warning, error or critical "
-            "(any case; passive = info and leaves transformers' level alone); the train stage also sets "
-            "transformers' level to it",
-            "choices": list(LOG_LEVELS),
-        },
-    )
     # TRL turns bf16 on by default, which fails on a CPU-only machine when a recipe does not mention it.
     # Here None means: on where an accelerator supports it, off elsewhere. Recipes set it explicitly.
     bf16: bool | None = field(
@@ -209,7 +212,6 @@ class TrainConfig(DPOConfig, ModelConfig):
     )
 
     def __post_init__(self):
-        self.log_level = self.log_level.lower()
         if self.train_objective not in OBJECTIVE_CHOICES:
             raise ValueError(
                 f"train_objective must be one of {', '.join(OBJECTIVE_CHOICES)}; got {self.train_objective!r}"
@@ -266,23 +268,14 @@ class TrainConfig(DPOConfig, ModelConfig):
 
         ModelConfig.__post_init__(self)  # DPOConfig's chain does not reach it: a single target -> its name
 
-        if self.bf16 is None:
-            self.bf16 = bool(not self.fp16 and bf16_available())
-        if cpu_only_launch():
-            # An accelerate config written for GPUs, launched on a machine without accelerators: accelerate
-            # finds no backend and every process would train alone as rank 0. Make them one gloo group.
-            if deepspeed_launch():
-                self.ddp_backend = self.ddp_backend or "gloo"  # use_cpu would silently turn DeepSpeed off
-            else:
-                self.use_cpu = True
-        # A dry run checks a recipe meant for other hardware (e.g. dpo_8b.yaml on a CPU machine): the bf16
-        # capability check belongs to the machine that trains, so it is deferred, not skipped silently.
-        self.bf16_deferred = bool(self.dry_run and self.bf16 and not self.use_cpu and not bf16_available())
-        if self.bf16_deferred:
+        # TRL's own checks and normalisations. Whether this machine runs bf16 (and, unset, whether to) is the
+        # train stage's decision (`selskill.train.args`): the section is checked as bf16-off and keeps the value
+        # the recipe gave, so a GPU recipe loads on any machine
+        bf16 = self.bf16
+        if not self._checks_machine:
             self.bf16 = False
         super().__post_init__()
-        if self.bf16_deferred:
-            self.bf16 = True
+        self.bf16 = bf16
 
     @property
     def window_turns(self) -> int | None:
@@ -292,39 +285,3 @@ class TrainConfig(DPOConfig, ModelConfig):
     @property
     def kinds(self) -> tuple[str, ...]:
         return ("episode", "local") if self.train_pair_kinds == "both" else (self.train_pair_kinds,)
-
-
-# TRL keys another section declares (argparse refuses one option twice): the recipe key is
-# that section's, and `selskill.config.parse_sections` copies its value into the train section.
-OWNED_ELSEWHERE = {"seed": "RunConfig", "trust_remote_code": "PolicyConfig"}
-
-_LOADING = (
-    "the trainer loads the policy with DPOConfig's model_init_kwargs, e.g. "
-    "`model_init_kwargs: {dtype: bfloat16, attn_implementation: sdpa}`"
-)
-_QUANTIZED = (
-    "quantized (QLoRA) base models are not supported: LoRA trains on the base in its model_init_kwargs dtype"
-)
-# `ModelConfig` keys that are not recipe keys, with what a recipe writes instead: the policy section
-# names the model (and each round trains round r-1's), and the trainer's own loader is the one way to
-# load it (two keys for one setting would disagree).
-NOT_RECIPE_KEYS = {
-    "model_name_or_path": "the policy section's key (round 1 starts from it; round r trains round r-1's model)",
-    "model_revision": _LOADING,
-    "dtype": _LOADING,
-    "attn_implementation": _LOADING,
-    "lora_task_type": "selskill trains causal language models only (CAUSAL_LM)",
-    "load_in_8bit": _QUANTIZED,
-    "load_in_4bit": _QUANTIZED,
-    "bnb_4bit_quant_type": _QUANTIZED,
-    "use_bnb_nested_quant": _QUANTIZED,
-    "bnb_4bit_quant_storage": _QUANTIZED,
-}
-
-
-def _hide_duplicate_fields() -> None:
-    for name in (*OWNED_ELSEWHERE, *NOT_RECIPE_KEYS):
-        TrainConfig.__dataclass_fields__.pop(name, None)
-
-
-_hide_duplicate_fields()

@@ -24,15 +24,18 @@ from selskill.data.shards import file_sha256
 logger = logging.getLogger(__name__)
 _NOTED: set = set()  # the policies whose sampled records this process has noted
 
-# Keys that say where, as whom or how fast a stage runs, not what it computes: they are not
-# part of a rank's recorded inputs (each episode samples from its own seeded generator, so
-# batching and concurrency change results only at float rounding; docs/design.md).
+# Keys that say where, as whom or how fast a stage runs, or how it reports, not what it computes:
+# they are not part of a rank's recorded inputs (each episode samples from its own seeded
+# generator, so batching and concurrency change results only at float rounding; docs/design.md).
 NOT_INPUTS = frozenset(
     {
         "exp",
         "runs_dir",
         "rank",
         "redo",
+        "dry_run",
+        "report_to",
+        "log_level",
         "wandb_project",
         "policy_device",
         "trust_remote_code",

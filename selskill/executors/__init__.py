@@ -14,34 +14,18 @@ __all__ = ["EXECUTORS", "Executor", "StageFailed", "Step", "make_executor"]
 
 
 def make_executor(recipe) -> Executor:
-    """The executor the recipe names, with its options from the recipe."""
-    ex = recipe.executor
+    """The executor the recipe names, with its options from the recipe (`dry_run`: the run section's)."""
+    ex, dry_run = recipe.executor, recipe.run.dry_run
     if ex.executor == "slurm":
-        from selskill.executors.slurm import SlurmExecutor, SlurmOptions
+        from selskill.executors.slurm import SlurmExecutor
 
-        options = SlurmOptions(
-            partition=ex.slurm_partition,
-            time=ex.slurm_time,
-            cpus_per_task=ex.slurm_cpus_per_task,
-            gpus_per_task=ex.slurm_gpus_per_task,
-            train_gpus=ex.slurm_train_gpus,
-            mem=ex.slurm_mem,
-            array_parallelism=ex.slurm_array_parallelism,
-            sbatch_args=ex.slurm_sbatch_args,
-        )
-        return SlurmExecutor(
-            options, dry_run=recipe.train.dry_run, wait=ex.slurm_wait, poll_seconds=ex.slurm_poll_seconds
-        )
+        return SlurmExecutor(ex.slurm(), dry_run=dry_run)
     if ex.executor == "ray":
         from selskill.executors.ray import RayExecutor
 
         return RayExecutor(
-            ex.ray_address,
-            ex.ray_cpus_per_task,
-            ex.ray_gpus_per_task,
-            ex.ray_train_gpus,
-            dry_run=recipe.train.dry_run,
+            ex.ray_address, ex.ray_cpus_per_task, ex.ray_gpus_per_task, ex.ray_train_gpus, dry_run=dry_run
         )
     from selskill.executors.local import LocalExecutor
 
-    return LocalExecutor(ex.local_workers, dry_run=recipe.train.dry_run)
+    return LocalExecutor(ex.local_workers, dry_run=dry_run)

@@ -23,26 +23,14 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
+from selskill.config.executor import SlurmOptions
 from selskill.executors.base import Executor, StageFailed, Step, rank_command, worker_argv
 
 RANK = "$SLURM_ARRAY_TASK_ID"
 
 __all__ = ["SlurmExecutor", "SlurmOptions", "worker_argv"]
-
-
-@dataclass
-class SlurmOptions:
-    partition: str = ""
-    time: str = ""
-    cpus_per_task: int = 1
-    gpus_per_task: int = 0
-    train_gpus: int = 0
-    mem: str = ""
-    array_parallelism: int = 0
-    sbatch_args: str = ""
 
 
 class SlurmExecutor(Executor):
@@ -54,15 +42,12 @@ class SlurmExecutor(Executor):
         dry_run: bool = False,
         python: str = sys.executable,
         out: Callable[[str], None] = print,
-        wait: bool = False,
-        poll_seconds: float = 30.0,
     ):
         self.options = options or SlurmOptions()
         self.dry_run = dry_run
         self.python = python
         self.out = out
-        self.waits = wait and not dry_run
-        self.poll_seconds = poll_seconds
+        self.waits = self.options.wait and not dry_run
         self.jobs: dict[str, str] = {}  # stage -> job id, as submitted
 
     def script_dir(self, recipe) -> Path:
@@ -149,7 +134,7 @@ class SlurmExecutor(Executor):
                     f"failed, was cancelled, or an earlier stage's failure cancelled it). Its log: "
                     f"{self.script_dir(recipe) / 'logs'}. Rerun the same command: complete ranks are skipped"
                 )
-            time.sleep(self.poll_seconds)
+            time.sleep(self.options.poll_seconds)
         self.out(f"{stage.name}: complete (job {job}, waited {time.monotonic() - started:.0f} s)")
 
     def describe(self, recipe, stage: type[Step], previous: type[Step] | None = None) -> None:

@@ -3,7 +3,8 @@
 Each backend takes one frozen settings object whose defaults are the backend's defaults, so a
 caller states only what it changes and a new knob is added in one place. `backend_settings`
 is the only code that reads the recipe's policy and rollout sections for a backend; stages,
-benchmarks and tests that build a policy by hand pass settings objects directly.
+benchmarks and tests that build a policy by hand pass settings objects directly. The backends
+import their settings from here, and `selskill.policy.backends.open_policy` opens one.
 """
 
 from __future__ import annotations
@@ -64,14 +65,3 @@ def backend_settings(
         trust_remote_code=policy.trust_remote_code,
         batch_size=rollout.policy_batch_size,
     )
-
-
-def open_policy(path: str, settings: HFSettings | VLLMSettings):
-    """The policy at `path` on the backend `settings` is for (each backend imported only when used)."""
-    if isinstance(settings, VLLMSettings):
-        from selskill.policy.vllm_backend import VLLMPolicy
-
-        return VLLMPolicy(path, settings)
-    from selskill.policy.hf import HFPolicy
-
-    return HFPolicy(path, settings)

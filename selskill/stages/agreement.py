@@ -153,7 +153,7 @@ def run_label_agreement(
     first = load_recipe([*argv, "--redo", "false"])  # checked (and completed), never recomputed
     second = load_recipe([*argv, "--exp", other, "--seed", str(seed)])
     executor = executor or make_executor(recipe)
-    if recipe.train.dry_run:  # what both forks and labels would run; nothing linked, computed or written
+    if recipe.run.dry_run:  # what both forks and labels would run; nothing linked, computed or written
         for each in (first, second):
             executor.run(each, round_stages(["fork", "label"]))
         return None

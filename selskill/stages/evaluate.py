@@ -168,7 +168,7 @@ class EvalStep(PolicyStep):
         return [self.cfg.stage, self.cfg.headroom_stage] if self.cfg.eval_headroom else [self.cfg.stage]
 
     def log(self, run: RunConfig) -> None:
-        log_stage(run, self.name, self.report_to, self.stage_names()[1:])
+        log_stage(run, self.name, self.stage_names()[1:])
 
     def compute(self, run: RunConfig) -> dict | None:
         cfg, path = self.cfg, self.model_path or eval_policy_path(run)

@@ -10,7 +10,8 @@ from __future__ import annotations
 from selskill.config.rollout import RolloutConfig
 from selskill.config.run import PolicyConfig, RunConfig
 from selskill.data.layout import check_model_source, resolve_round_policy, round_dir
-from selskill.policy.settings import backend_settings, open_policy
+from selskill.policy.backends import open_policy
+from selskill.policy.settings import backend_settings
 
 
 def sampling_policy_path(run: RunConfig, pol: PolicyConfig) -> str:
@@ -18,10 +19,10 @@ def sampling_policy_path(run: RunConfig, pol: PolicyConfig) -> str:
     return resolve_round_policy(run, pol)[0]
 
 
-def eval_policy_path(run: RunConfig) -> str:
+def eval_policy_path(run: RunConfig, must_exist: bool = True) -> str:
     """Round r evaluates round r's trained model; round 0 evaluates the init policy."""
     path = round_dir(run.runs_dir, run.exp, run.round) / "train" / "model"
-    if not path.is_dir():
+    if must_exist and not path.is_dir():
         raise FileNotFoundError(f"no trained model at {path}: train round {run.round} first")
     return str(path)
 

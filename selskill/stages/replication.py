@@ -36,7 +36,8 @@ from pathlib import Path
 from selskill.config import load_recipe
 from selskill.data.layout import resolve_round_policy, round_dir
 from selskill.data.shards import write_json_atomic
-from selskill.stages.round import paired_sr_between, run_round
+from selskill.stages.paired_sr import paired_sr_between
+from selskill.stages.round import run_round
 from selskill.train.dataset import NoTrainablePairs
 
 logger = logging.getLogger(__name__)
@@ -315,7 +316,7 @@ def run_replication(argv: list[str], ablations: bool = True) -> dict:
     runs_dir, main = recipe.run.runs_dir, recipe.run.exp
     for r in (1, 2):
         run_round(load_recipe(argv + ["--round", str(r)]))
-    if recipe.train.dry_run:  # the ablations are sized from round 1's pairs, which a dry run does not make
+    if recipe.run.dry_run:  # the ablations are sized from round 1's pairs, which a dry run does not make
         if ablations:
             names = ", ".join(f"{main}-{n}" for n in (*PAIR_VARIANTS, *SFT_VARIANTS, *BRANCH_VARIANTS))
             print(f"then round 1 again as the ablations {names}, from round 1's pairs")

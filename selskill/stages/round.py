@@ -17,6 +17,7 @@ from selskill.data.layout import StageDir, resolve_round_policy, round_dir
 from selskill.data.stage_stats import collect_stats
 from selskill.executors import Executor, make_executor
 from selskill.metrics import sum_yields
+from selskill.stages.paired_sr import paired_sr_vs_previous
 from selskill.stages.table import recipe_stages, run_entry
 
 
@@ -26,7 +27,7 @@ def run_round(recipe: Recipe, executor: Executor | None = None) -> dict | None:
     if run.round < 1:
         resolve_round_policy(run, recipe.policy)  # says what round 0 is and which command builds it
     # a dry run: what training would do (the policy, batch, steps, LoRA; nothing loaded), then the stages
-    if recipe.train.dry_run:
+    if run.dry_run:
         from selskill.train.dry_run import dry_run
 
         print("the train stage's dry run:")
@@ -61,37 +62,6 @@ def round_summary(run) -> dict:
         if path.exists():
             out[f"metrics_round_{r}"] = json.loads(path.read_text())
     out["paired_sr"] = paired_sr_vs_previous(run)
-    return out
-
-
-def _eval_outcomes(runs_dir: str, exp: str, r: int) -> list[dict] | None:
-    from selskill.data.contract import read_stage
-
-    stage = StageDir.of(runs_dir, exp, r, "eval")
-    try:
-        table = read_stage(stage, "rollout")
-    except FileNotFoundError:
-        return None
-    return table.select(["task_id", "success"]).to_pylist()
-
-
-def paired_sr_vs_previous(run) -> dict:
-    """Per split: SR(round r) - SR(round r-1) on the same games, with a paired bootstrap CI."""
-    return paired_sr_between(run.runs_dir, run.exp, run.round - 1, run.round)
-
-
-def paired_sr_between(runs_dir: str, exp: str, a: int, b: int) -> dict:
-    """Per split: SR(round b) - SR(round a) on the same games ({} unless both were evaluated)."""
-    from selskill.metrics import paired_sr_difference
-
-    before, after = _eval_outcomes(runs_dir, exp, a), _eval_outcomes(runs_dir, exp, b)
-    if not before or not after:
-        return {}
-    out = {}
-    for split in sorted({x["task_id"].split("/", 1)[0] for x in after}):
-        a = [x for x in before if x["task_id"].startswith(f"{split}/")]
-        b = [x for x in after if x["task_id"].startswith(f"{split}/")]
-        out[split] = paired_sr_difference(a, b)
     return out
 
 

@@ -1,7 +1,7 @@
 """What every sharded stage of a round shares as a step: its sections, directory, ranks' completion and wandb log.
 
-A stage's step holds the recipe sections it reads (`of`): the run section, its own
-(`section` names it), the seed and where to report, and for a stage that plays the policy
+A stage's step holds the recipe sections it reads (`of`): the run section (where to report
+included), its own (`section` names it) and the seed, and for a stage that plays the policy
 the policy and rollout sections too (`PolicyStep`). `run(rank, world_size)` computes that
 rank through the run-directory contract (`selskill.data.rank_writer.run_rank`), then logs
 the stage to wandb if this process finds every rank complete (`selskill.stages.wandb_log`):
@@ -23,18 +23,17 @@ from selskill.stages.wandb_log import log_stage
 
 @dataclass
 class RoundStep(Step):
-    """A sharded stage: `cfg` is its own recipe section (`recipe.<section>`), `report_to` the train section's."""
+    """A sharded stage: `cfg` is its own recipe section (`recipe.<section>`)."""
 
     section: ClassVar[str] = ""
 
     run_config: RunConfig
     cfg: Any
     seed: int
-    report_to: Any = "none"
 
     @classmethod
     def of(cls, recipe) -> RoundStep:
-        return cls(recipe.run, getattr(recipe, cls.section), recipe.seed, recipe.train.report_to)
+        return cls(recipe.run, getattr(recipe, cls.section), recipe.seed)
 
     @abstractmethod
     def compute(self, run: RunConfig) -> Any:
@@ -61,7 +60,7 @@ class RoundStep(Step):
 
     def log(self, run: RunConfig) -> None:
         """Log the stage to wandb once every rank of it is complete (the recipe's `report_to` permitting)."""
-        log_stage(run, self.name, self.report_to)
+        log_stage(run, self.name)
 
     def run(self, rank: int = 0, world_size: int = 1) -> Any:
         run = self.at(rank, world_size)
@@ -83,7 +82,6 @@ class PolicyStep(RoundStep):
             recipe.run,
             getattr(recipe, cls.section),
             recipe.seed,
-            recipe.train.report_to,
             policy=recipe.policy,
             rollout=recipe.rollout,
         )

@@ -38,23 +38,6 @@ def turn_format(rollout: RolloutConfig, env: str = DEFAULT_BENCHMARK, settings=N
     return benchmark(env).turn_format(rollout, settings)
 
 
-def runner_config(rollout: RolloutConfig, temperature: float, top_p: float = 1.0) -> RunnerConfig:
-    return RunnerConfig(
-        max_decisions=rollout.max_decisions,
-        max_env_steps=rollout.max_env_steps,
-        max_context_tokens=rollout.max_context_tokens,
-        max_new_tokens=rollout.max_new_tokens,
-        temperature=temperature,
-        top_p=top_p,
-        concurrent_episodes=rollout.concurrent_episodes,
-        listing_style=rollout.listing_style,
-        env_overlap=rollout.env_overlap,
-        action_choice=rollout.action_choice,
-        pseudo_skills=rollout.retrieval_pseudo_skills,
-        pseudo_skill_tokens=rollout.retrieval_pseudo_max_new_tokens,
-    )
-
-
 def skill_library(env: str = DEFAULT_BENCHMARK) -> SkillLibrary:
     """The skills shipped for `env` (the paper's mixes: 10 for ALFWorld, 18 for BFCL)."""
     return benchmark(env).skills()
@@ -125,7 +108,7 @@ def make_runner(
     setup = prompt_setup(mode, library, spec.turn_format(rollout, settings), rollout.listing_style)
     factory = spec.env_factory(index)
     ret = retriever(rollout, setup.library) if setup.fmt.skills_section == "listed" else None
-    config = runner_config(rollout, temperature, top_p)
+    config = RunnerConfig.of(rollout, temperature, top_p)
     if ret is None:  # an eval mode without a listing has nothing for pseudo-skills to retrieve
         config = dataclasses.replace(config, pseudo_skills=False)
     return EpisodeRunner(

@@ -211,7 +211,7 @@ def stage_main(name: str, argv: Sequence[str] | None = None) -> int:
         init_cpu_deepspeed()
 
     def job(r: Recipe):
-        if r.train.dry_run and stage is not TrainStep:
+        if r.run.dry_run and stage is not TrainStep:
             return describe_only(r, stage.name, r.run.rank)
         return stage.of(r).run(r.run.rank, r.run.world_size) if stage.sharded else stage.of(r).run()
 

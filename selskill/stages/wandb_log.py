@@ -20,6 +20,7 @@ import yaml
 
 from selskill.data.layout import StageDir
 from selskill.metrics import METRICS, sum_yields
+from selskill.stages.paired_sr import paired_sr_vs_previous
 from selskill.tracking import flatten, log_run, wandb_wanted
 
 
@@ -150,8 +151,6 @@ def eval_metrics(stage: StageDir) -> dict:
 
 def _delta_sr(run) -> dict:
     """Per split: SR(round r) - SR(round r-1) on the same tasks with its paired 95% interval."""
-    from selskill.stages.round import paired_sr_vs_previous
-
     out = {}
     for split, d in paired_sr_vs_previous(run).items():
         if d.get("diff") is not None:
@@ -175,10 +174,10 @@ def _content_key(stages: list[StageDir], world_size: int) -> str | None:
     return h.hexdigest()[:16]
 
 
-def log_stage(run, name: str, report_to, also: Sequence[str] = ()) -> bool:
-    """Log stage `name` of round `run.round` to its wandb run, if `report_to` (the train section's) has wandb
-    and every rank of the stage, and of the stages `also` beside it, is complete; True when it was logged now."""
-    if not wandb_wanted(report_to):
+def log_stage(run, name: str, also: Sequence[str] = ()) -> bool:
+    """Log stage `name` of round `run.round` to its wandb run, if the run's `report_to` has wandb and every
+    rank of the stage, and of the stages `also` beside it, is complete; True when it was logged now."""
+    if not wandb_wanted(run.report_to):
         return False
     stage = StageDir.of(run.runs_dir, run.exp, run.round, name)
     parts = [stage, *(StageDir.of(run.runs_dir, run.exp, run.round, a) for a in also)]

@@ -29,9 +29,14 @@ def count_steps(pairs: int, cfg, world_size: int) -> int:
 
 
 def dry_run(run, policy, cfg, out=print) -> dict:
-    """Resolve files, count pairs when shards exist, print batch size and steps. Loads no weights."""
+    """Resolve files, count pairs when shards exist, print batch size and steps. Loads no weights.
+
+    `cfg` is the recipe's train section; the plan is that of the DPOConfig training would build from it
+    (`selskill.train.args`), with the bf16 check deferred to the machine that trains."""
+    from selskill.train.args import training_args
     from selskill.train.lora import peft_config
 
+    cfg = training_args(run.replace(dry_run=True), policy, cfg)
     info = _launch_info(cfg)
     try:
         model_path, source = resolve_round_policy(run, policy)

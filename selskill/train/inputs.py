@@ -29,12 +29,10 @@ NOT_INPUT_KEYS = frozenset(
         "output_dir",
         "run_name",
         "project",
-        "report_to",
         "disable_tqdm",
         "push_to_hub",
         "resume_from_checkpoint",
         "overwrite_output_dir",
-        "dry_run",
         "train_accelerate_config",
         "local_rank",
         "use_cpu",
@@ -89,9 +87,11 @@ def upstream_of(cfg) -> tuple[str, str]:
 
 
 def train_inputs(cfg, model_path: str) -> StageInputs:
-    """What the trained model depends on: the shards trained on, the policy, the material train keys, the seed."""
+    """What the trained model depends on: the shards trained on, the policy, the material train keys, the seed
+    (TRL's fields that are no train keys are left out: the seed is recorded as such, the others say how it
+    reports or what the policy section owns)."""
     keys = {f.name for f in dataclasses.fields(cfg)}
-    not_inputs = NOT_INPUT_KEYS | {k for k in keys if k.startswith(NOT_INPUT_PREFIXES)}
+    not_inputs = NOT_INPUT_KEYS | {k for k in keys if k.startswith(NOT_INPUT_PREFIXES)} | cfg._not_recipe_keys
     return StageInputs(
         [cfg],
         cfg.seed,

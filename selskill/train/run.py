@@ -49,7 +49,7 @@ def parse(argv: Sequence[str] | None = None) -> tuple:
 
 def main(run, policy, cfg) -> None:
     """Train (or dry-run) in this process; under `accelerate launch`, in every process."""
-    if cfg.dry_run:
+    if run.dry_run:
         dry_run(run, policy, cfg)
     else:
         run_train(run, policy, cfg)
@@ -75,7 +75,7 @@ def launch_parsed(run, policy, cfg, argv: Sequence[str] | None) -> int:
     `argv` is the command line they were parsed from: the processes `accelerate launch`
     starts must build their configs themselves, after the distributed state exists.
     """
-    if cfg.dry_run or not cfg.train_accelerate_config or under_launcher():
+    if run.dry_run or not cfg.train_accelerate_config or under_launcher():
         main(run, policy, cfg)
         return 0
     return relaunch(cfg.train_accelerate_config, list(argv) if argv is not None else None)

@@ -33,6 +33,7 @@ from selskill.data.layout import StageDir, check_model_source, resolve_round_pol
 from selskill.data.removal import finish_removals, remove_outputs, replace_output
 from selskill.data.shards import write_json_atomic, write_text_atomic
 from selskill.errors import ExplainedError, is_disk_full
+from selskill.train.args import training_args
 from selskill.train.checkpoints import Resume, checkpoint_dirs, record_inputs, resume_point
 from selskill.train.dataset import DATASET_DIR, STATS_FILE, load_train_dataset
 from selskill.train.inputs import refuse_changed, train_inputs, upstream_of
@@ -46,11 +47,15 @@ MODEL_DIR = "model"
 
 
 def run_train(run, policy, cfg) -> Path:
-    """Train round `run.round` in this process (under `accelerate launch`, in every process): its directory."""
+    """Train round `run.round` in this process (under `accelerate launch`, in every process): its directory.
+
+    `cfg` is the recipe's train section; the trainer runs with the DPOConfig built from it and the run
+    (`selskill.train.args`), built first: TRL sets up the distributed state from it."""
     from accelerate import PartialState
 
-    state = PartialState()
     stage = StageDir.of(run.runs_dir, run.exp, run.round, "train")
+    args = training_args(run, policy, cfg, output_dir=str(stage.path))
+    state = PartialState()
     # the main process holds the round; the others follow it (a refused main process ends the launch)
     lock = (
         hold_lock(stage.lock(0), f"train: round {run.round} of {run.exp!r}")
@@ -58,7 +63,7 @@ def run_train(run, policy, cfg) -> Path:
         else None
     )
     with lock or nullcontext():
-        _train_locked(run, policy, cfg, state, stage)
+        _train_locked(run, policy, args, state, stage)
     return stage.path
 
 
@@ -87,8 +92,6 @@ def _train_locked(run, policy, cfg, state, stage: StageDir) -> None:
     state.wait_for_everyone()
     resume = resume_point(stage.path, inputs, record, state)
 
-    cfg.output_dir = str(stage.path)
-    cfg.trust_remote_code = policy.trust_remote_code
     peft = peft_config(cfg)
     if state.is_main_process:
         write_resolved_config(stage.config, run, policy, cfg)
@@ -298,12 +301,14 @@ def _summary(
 
 
 def write_resolved_config(path: Path, *configs) -> None:
-    """The sections a run resolved, flat, as `config.yaml` beside what they computed."""
+    """The sections a run resolved, flat, as `config.yaml` beside what they computed (of TRL's config, the
+    fields that are keys of the train section: the others are keys of the sections beside it, or none)."""
     import dataclasses
 
     import yaml
 
     flat: dict = {}
     for c in configs:
-        flat.update(c.to_dict() if hasattr(c, "to_dict") else dataclasses.asdict(c))
+        values = c.to_dict() if hasattr(c, "to_dict") else dataclasses.asdict(c)
+        flat.update({k: v for k, v in values.items() if k not in getattr(c, "_not_recipe_keys", ())})
     write_text_atomic(yaml.safe_dump(json.loads(json.dumps(flat, default=str)), sort_keys=True), path)

@@ -131,6 +131,12 @@ class SelSkillDPOTrainer(DPOTrainer):
             raise ValueError(
                 f"train_prefix_sharing must be one of {', '.join(prefix_sharing.MODES)}; got {self.prefix_sharing!r}"
             )
+        if getattr(args, "bf16", False) and getattr(args, "mixed_precision", "bf16") != "bf16":
+            # the recipe's train section, built without this machine's bf16 check: it would train in fp32
+            raise ValueError(
+                "the trainer's args have bf16 on but were built without it (the recipe's train section): "
+                "train with selskill.train.args.training_args(run, policy, train)"
+            )
         if data_collator is None:
             if processing_class is None:
                 raise ValueError(

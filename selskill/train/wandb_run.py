@@ -34,7 +34,8 @@ def setup_wandb(run, cfg, stage_path: Path, is_main: bool) -> None:
         id_file.read_text().strip() if id_file.is_file() else secrets.token_hex(8)
     )  # resumes keep the run
     id_file.write_text(run_id + "\n")
-    config = json.loads(json.dumps(cfg.to_dict(), default=str))
+    keys = {k: v for k, v in cfg.to_dict().items() if k not in cfg._not_recipe_keys}  # the train section's
+    config = json.loads(json.dumps(keys, default=str))
     wandb.init(
         project=run.wandb_project,
         group=run.exp,
@@ -43,7 +44,7 @@ def setup_wandb(run, cfg, stage_path: Path, is_main: bool) -> None:
         id=run_id,
         resume="allow",
         dir=str(stage_path),
-        # the seed is the run section's key (TRL's field is not a recipe key, so to_dict() lacks it)
+        # the seed is the run section's key (TRL's field is not a key of the train section)
         config={"round": run.round, "exp": run.exp, **config, "seed": cfg.seed},
     )
 

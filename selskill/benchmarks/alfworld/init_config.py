@@ -11,7 +11,7 @@ import dataclasses
 from dataclasses import asdict, dataclass, field
 
 from selskill.config.checks import bad_value, check_at_least, check_choice, check_share
-from selskill.config.init import prefixed_values
+from selskill.config.keys import prefixed_values
 from selskill.config.rollout import MAX_DECISIONS
 
 SEARCH_ORDERS: tuple[str, ...] = ("prior", "sweep")  # the expert's order of search

@@ -10,7 +10,7 @@ import dataclasses
 from dataclasses import asdict, dataclass, field
 
 from selskill.config.checks import check_at_least, check_share
-from selskill.config.init import prefixed_values
+from selskill.config.keys import prefixed_values
 
 # --- BFCL's demonstrations ---------------------------------------------------------------------
 

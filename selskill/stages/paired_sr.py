@@ -1,0 +1,40 @@
+"""The paired change in success rate between two rounds of an experiment, from their eval stages.
+
+The round's summary, its wandb log and the replication's tables read it; it lives below them
+(and reads only run directories) so that none of them imports another to get it.
+"""
+
+from __future__ import annotations
+
+from selskill.data.layout import StageDir
+
+
+def _eval_outcomes(runs_dir: str, exp: str, r: int) -> list[dict] | None:
+    from selskill.data.contract import read_stage
+
+    stage = StageDir.of(runs_dir, exp, r, "eval")
+    try:
+        table = read_stage(stage, "rollout")
+    except FileNotFoundError:
+        return None
+    return table.select(["task_id", "success"]).to_pylist()
+
+
+def paired_sr_vs_previous(run) -> dict:
+    """Per split: SR(round r) - SR(round r-1) on the same games, with a paired bootstrap CI."""
+    return paired_sr_between(run.runs_dir, run.exp, run.round - 1, run.round)
+
+
+def paired_sr_between(runs_dir: str, exp: str, a: int, b: int) -> dict:
+    """Per split: SR(round b) - SR(round a) on the same games ({} unless both were evaluated)."""
+    from selskill.metrics import paired_sr_difference
+
+    before, after = _eval_outcomes(runs_dir, exp, a), _eval_outcomes(runs_dir, exp, b)
+    if not before or not after:
+        return {}
+    out = {}
+    for split in sorted({x["task_id"].split("/", 1)[0] for x in after}):
+        a = [x for x in before if x["task_id"].startswith(f"{split}/")]
+        b = [x for x in after if x["task_id"].startswith(f"{split}/")]
+        out[split] = paired_sr_difference(a, b)
+    return out
