@@ -182,6 +182,13 @@ def within_budget(rows: Sequence[dict], budget: int, played_budget: int | None =
         cut = n > budget
         turns = list(r.get("turns") or ())[:budget]
         calls = [t for t in turns if t.get("kind") == "skill"]
+        recounted = {
+            "n_skill_calls": len(calls),
+            "n_precise_calls": sum(bool(t.get("exec_precise")) for t in calls),
+            "n_malformed": sum(t.get("kind") == "malformed" for t in turns),
+        }
+        # an uncut episode keeps the counters the row recorded
+        counters = recounted if cut else {k: r.get(k, v) for k, v in recounted.items()}
         out.append(
             {
                 "task_id": r["task_id"],
@@ -190,13 +197,7 @@ def within_budget(rows: Sequence[dict], budget: int, played_budget: int | None =
                 "n_turns": min(n, budget),
                 "turns": turns,
                 "termination": "step_limit" if cut else r.get("termination"),
-                "n_skill_calls": len(calls) if cut else r.get("n_skill_calls", len(calls)),
-                "n_precise_calls": sum(bool(t.get("exec_precise")) for t in calls)
-                if cut
-                else r.get("n_precise_calls", 0),
-                "n_malformed": sum(t.get("kind") == "malformed" for t in turns)
-                if cut
-                else r.get("n_malformed", 0),
+                **counters,
             }
         )
     return out
