@@ -18,15 +18,27 @@ its recipe section and this record.
 from __future__ import annotations
 
 import importlib
+import pkgutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import Any
 
-# the benchmarks that ship with selskill; installed plugins add theirs through ENTRY_POINT_GROUP
-BUILTIN = ("selskill.benchmarks.alfworld", "selskill.benchmarks.bfcl")
+# the package whose sub-packages are the benchmarks that ship with selskill (each one a plugin); installed
+# plugins add theirs through ENTRY_POINT_GROUP
+BUILTIN_PACKAGE = "selskill.benchmarks"
 ENTRY_POINT_GROUP = "selskill.benchmarks"
-DEFAULT_BENCHMARK = "alfworld"  # the recipe's default `benchmark`, and that of rows that name none
+
+
+def builtin() -> tuple[str, ...]:
+    """The modules of the built-in plugins: every sub-package of BUILTIN_PACKAGE, by name."""
+    package = importlib.import_module(BUILTIN_PACKAGE)
+    return tuple(f"{BUILTIN_PACKAGE}.{m.name}" for m in pkgutil.iter_modules(package.__path__) if m.ispkg)
+
+
+# the recipe's default `benchmark`, and that of recorded rows that name none: the built-in plugins' package
+# names it (`DEFAULT`), as no code of the core may
+DEFAULT_BENCHMARK: str = importlib.import_module(BUILTIN_PACKAGE).DEFAULT
 
 
 @dataclass(frozen=True)
@@ -114,10 +126,11 @@ def _discover() -> None:
     if _discovered:
         return
     _discovered = True
-    for module in BUILTIN:
+    shipped = builtin()
+    for module in shipped:
         importlib.import_module(module)
     for ep in entry_points(group=ENTRY_POINT_GROUP):
-        if ep.value in BUILTIN:
+        if ep.value in shipped:
             continue
         try:
             importlib.import_module(ep.value)
@@ -134,7 +147,7 @@ def names() -> tuple[str, ...]:
     return tuple(_REGISTRY)
 
 
-def benchmark(name: str = DEFAULT_BENCHMARK) -> Benchmark:
+def benchmark(name: str) -> Benchmark:
     _discover()
     try:
         return _REGISTRY[name]
@@ -161,13 +174,13 @@ def settings_sections() -> tuple[type, ...]:
     return tuple(b.settings for b in (benchmark(n) for n in names()) if b.settings is not None)
 
 
-def step_measure(name: str = DEFAULT_BENCHMARK) -> StepMeasure:
+def step_measure(name: str) -> StepMeasure:
     """How benchmark `name` counts steps (its plugin is the only place that decides it)."""
     return benchmark(name).steps
 
 
 __all__ = [
-    "BUILTIN",
+    "BUILTIN_PACKAGE",
     "DEFAULT_BENCHMARK",
     "ENTRY_POINT_GROUP",
     "Benchmark",
@@ -175,6 +188,7 @@ __all__ = [
     "Wording",
     "benchmark",
     "benchmark_of_index",
+    "builtin",
     "names",
     "register",
     "settings_sections",

@@ -296,7 +296,6 @@ def test_label_efficiency_counts_the_benchmarks_steps():
     inv, skp = _fork("i", "invoke", 2, 3), _fork("s", "skip", 4, 3)
     assert local_pair(BRANCH, [inv, skp], Counter(), step_measure("alfworld"))["chosen_arm"] == "invoke"
     assert local_pair(BRANCH, [inv, skp], Counter(), step_measure("bfcl")) is None
-    assert local_pair(BRANCH, [inv, skp], Counter())["chosen_arm"] == "invoke"  # the default is ALFWorld's
 
 
 def _rollout(rid, success, turns, env_steps):
