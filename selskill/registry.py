@@ -18,6 +18,7 @@ its recipe section and this record.
 from __future__ import annotations
 
 import importlib
+import inspect
 import pkgutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -111,13 +112,34 @@ class Benchmark:
 
 
 _REGISTRY: dict[str, Benchmark] = {}
+_SOURCES: dict[str, str] = {}  # benchmark name -> what registered it (`source`)
+_ENTRY_POINTS: dict[str, str] = {}  # module -> the installed entry point that names it
 _discovered = False
 
 
 def register(spec: Benchmark) -> Benchmark:
-    """Make `spec` a benchmark recipes can name (a plugin's `__init__` calls it on import)."""
-    _REGISTRY[spec.name] = spec
+    """Make `spec` a benchmark recipes can name (a plugin's `__init__` calls it on import).
+
+    A name is one benchmark: a second plugin that takes it is refused with both named, since
+    the recipe's `benchmark:` would otherwise play whichever was imported last. The module
+    that registered it again (a reload) replaces it."""
+    caller = inspect.currentframe().f_back
+    module = caller.f_globals.get("__name__", "?") if caller is not None else "?"
+    where = f"{module} (entry point {_ENTRY_POINTS[module]})" if module in _ENTRY_POINTS else module
+    first = _SOURCES.get(spec.name, where)
+    if first != where:
+        raise ValueError(
+            f"two plugins register the benchmark {spec.name!r}: {first} and {where}; uninstall one of them "
+            "or rename its benchmark"
+        )
+    _REGISTRY[spec.name], _SOURCES[spec.name] = spec, where
     return spec
+
+
+def source(name: str) -> str:
+    """The module that registered benchmark `name` (and its entry point, for an installed plugin)."""
+    benchmark(name)
+    return _SOURCES[name]
 
 
 def _discover() -> None:
@@ -132,6 +154,7 @@ def _discover() -> None:
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         if ep.value in shipped:
             continue
+        _ENTRY_POINTS[ep.value] = ep.name
         try:
             importlib.import_module(ep.value)
         except ImportError as exc:
@@ -192,6 +215,7 @@ __all__ = [
     "names",
     "register",
     "settings_sections",
+    "source",
     "step_measure",
     "wording_of",
 ]
