@@ -8,7 +8,7 @@ and its checker (`multi_turn_checker`). Nothing imports `bfcl_eval.utils` or
 Design choices, and why:
 
 - **A step is one model response**, decoded exactly as BFCL's prompting pipeline decodes it
-  (selskill/envs/calls.py: keyword arguments only, BFCL's value rules, arithmetic evaluated
+  (selskill/benchmarks/bfcl/calls.py: keyword arguments only, BFCL's value rules, arithmetic evaluated
   without `eval` over the names BFCL's decoder module defines, selskill/benchmarks/bfcl/decoding.py). A step that decodes to no call (`""`, `[]`, text BFCL cannot decode) ends
   the user turn and shows the next one, with the reason when there was text; it costs no
   env step (the paper's reference counted that canned message as a step). BFCL's limit of
