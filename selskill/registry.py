@@ -100,8 +100,9 @@ class Benchmark:
     check_recipe: Callable[[dict], None] | None = None
     # its turns are non-thinking by rule: the chat template is told so (`enable_thinking`) even in compact turns
     states_thinking: bool = False
-    # `selskill bench retrieval`: (its skills, its labelled reference episodes, what to record) for a bench
-    retrieval_episodes: Callable[[Any], tuple] | None = None
+    # `selskill bench retrieval` on it: the class of its own options there (its flags, and its labelled
+    # reference episodes: `selskill.bench_retrieval.RetrievalOptions`), imported when asked for
+    retrieval: Callable[[], type] | None = None
     # `selskill` sub-commands of its own (selskill.cli's Command shape), and `selskill bench` ones
     commands: Callable[[], Sequence[Any]] = lambda: ()
     bench_commands: Callable[[], Sequence[Any]] = lambda: ()

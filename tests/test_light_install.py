@@ -144,19 +144,22 @@ def test_all_and_dev_are_made_of_the_other_extras(extra):
 
 
 @pytest.mark.parametrize(
-    "scorers, said",
+    "options, said",
     [
-        ("bm25", "error: this needs bm25s, which is not installed: pip install 'selskill[train]'"),
-        # dense scorers without their encoder are skipped with a note; then BFCL's data is missing
-        ("dense", "error: BFCL needs bfcl-eval==2026.3.23, which is not installed: pip install --no-deps "
-         "bfcl-eval==2026.3.23 mpmath"),
+        (["--scorers", "bm25"], "error: this needs bm25s, which is not installed: pip install 'selskill[train]'"),
+        # dense scorers without their encoder are skipped with a note; then the first benchmark's engine is
+        # missing, and BFCL's data
+        (["--scorers", "dense"], "error: this needs alfworld, which is not installed: pip install "
+         "'selskill[alfworld]'"),
+        (["--scorers", "dense", "--envs", "bfcl"], "error: BFCL needs bfcl-eval==2026.3.23, which is not "
+         "installed: pip install --no-deps bfcl-eval==2026.3.23 mpmath"),
     ],
 )  # fmt: skip
-def test_bench_retrieval_without_its_packages_says_what_to_install_in_one_line(scorers, said):
+def test_bench_retrieval_without_its_packages_says_what_to_install_in_one_line(options, said):
     code = (
         "import sys; sys.path.insert(0, 'tests'); import light_install as li; li.hide(li.OPTIONAL)\n"
         "from selskill.cli import main\n"
-        f"sys.exit(main(['bench', 'retrieval', '--scorers', {scorers!r}]))\n"
+        f"sys.exit(main(['bench', 'retrieval', *{options!r}]))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert (out.returncode, out.stderr.strip()) == (2, said)

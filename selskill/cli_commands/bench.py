@@ -11,7 +11,10 @@ from selskill.command import Command
 
 
 def _retrieval_arguments(b: argparse.ArgumentParser) -> None:
-    b.add_argument("--envs", nargs="+", default=["bfcl", "alfworld"], choices=["bfcl", "alfworld"])
+    from selskill.bench_retrieval import retrieval_options
+
+    options = retrieval_options()
+    b.add_argument("--envs", nargs="+", default=list(options), choices=list(options), help="the benchmarks")
     b.add_argument(
         "--sizes", default="own,68,250,1000", help="library sizes ('own' = the benchmark's skills)"
     )
@@ -25,11 +28,8 @@ def _retrieval_arguments(b: argparse.ArgumentParser) -> None:
     b.add_argument(
         "--record-weight", type=float, default=0.5, help="progress: the record's share vs the step"
     )
-    b.add_argument("--bfcl-split", default="test", choices=["train", "test"])
-    b.add_argument("--bfcl-limit", type=int, help="only the first N tasks of the split")
-    b.add_argument("--alfworld-games", help="games root (default: tiny games generated in a temp folder)")
-    b.add_argument("--alfworld-split", default="valid_seen")
-    b.add_argument("--alfworld-per-type", type=int, default=10, help="games per task type when generating")
+    for own in options.values():  # each benchmark's own options (`--<name>-...`)
+        own.add_arguments(b)
     b.add_argument("--pseudo-skills", help="JSON {task_id: [pseudo-skill text, ...]} for task mode")
     b.add_argument("--seed", type=int, default=0, help="distractor and demonstration seed")
     b.add_argument("--out", help="also write retrieval.json and retrieval.md to this directory")

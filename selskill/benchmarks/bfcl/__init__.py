@@ -78,10 +78,10 @@ def _check_recipe(sections: dict) -> None:
         )
 
 
-def _retrieval_episodes(bench):
-    from selskill.benchmarks.bfcl.retrieval_bench import retrieval_episodes
+def _retrieval():
+    from selskill.benchmarks.bfcl.retrieval_bench import BfclRetrieval
 
-    return retrieval_episodes(bench)
+    return BfclRetrieval
 
 
 def _bench_commands():
@@ -121,7 +121,7 @@ BENCHMARK = register(
         hooks=_hooks,
         build_init=_build_init,
         init_demos=_init_demos,
-        retrieval_episodes=_retrieval_episodes,
+        retrieval=_retrieval,
         check_recipe=_check_recipe,
         bench_commands=_bench_commands,
         states_thinking=True,
