@@ -258,9 +258,9 @@ def _scorers(
 
 def _env_episodes(env: str, bench: RetrievalBench) -> tuple[SkillLibrary, list[Episode], dict]:
     """(the benchmark's own skills, its labelled episodes, what the result records of them)."""
-    from selskill.registry import benchmark
+    from selskill.registry import playable
 
-    spec = benchmark(env)
+    spec = playable(env)
     if spec.retrieval is None:
         raise ValueError(f"benchmark {env} has no labelled episodes for the retrieval bench")
     options = bench.options.get(env) or spec.retrieval()()

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import Any
 
+from selskill.errors import declare_extra, require_modules
+
 # the package whose sub-packages are the benchmarks that ship with selskill (each one a plugin); installed
 # plugins add theirs through ENTRY_POINT_GROUP
 BUILTIN_PACKAGE = "selskill.benchmarks"
@@ -107,6 +109,11 @@ class Benchmark:
     commands: Callable[[], Sequence[Any]] = lambda: ()
     bench_commands: Callable[[], Sequence[Any]] = lambda: ()
     wording: Wording = Wording()
+    # what it needs beyond selskill's base install: the top-level modules it plays with, and the selskill extra
+    # that installs them (None: `pip install <module>`); checked before it plays, and named by any error that
+    # finds one missing
+    requires: tuple[str, ...] = ()
+    extra: str | None = None
     # the hub license id of its tasks' data: an exported round's dataset card carries it (export-pairs --license
     # overrides)
     data_license: str = "unknown"
@@ -134,6 +141,8 @@ def register(spec: Benchmark) -> Benchmark:
             "or rename its benchmark"
         )
     _REGISTRY[spec.name], _SOURCES[spec.name] = spec, where
+    if spec.extra is not None:
+        declare_extra(spec.extra, spec.requires)
     return spec
 
 
@@ -179,6 +188,13 @@ def benchmark(name: str) -> Benchmark:
         raise ValueError(f"unknown benchmark {name!r}; choose from {', '.join(_REGISTRY)}") from None
 
 
+def playable(name: str) -> Benchmark:
+    """Benchmark `name`, the modules it plays with checked: a missing one is said in one line with its install."""
+    spec = benchmark(name)
+    require_modules(f"benchmark {name}", spec.requires, spec.extra)
+    return spec
+
+
 def benchmark_of_index(index) -> Benchmark:
     """The benchmark whose task index `index` is."""
     return benchmark(index.benchmark)
@@ -214,6 +230,7 @@ __all__ = [
     "benchmark_of_index",
     "builtin",
     "names",
+    "playable",
     "register",
     "settings_sections",
     "source",

@@ -165,5 +165,7 @@ BENCHMARK = register(
         bench_commands=_bench_commands,
         wording=Wording(tasks="games"),
         data_license="mit",  # ALFWorld's and TextWorld's games
+        requires=("alfworld", "textworld"),
+        extra="alfworld",
     )
 )

@@ -134,5 +134,8 @@ BENCHMARK = register(
             'checker, Exec. Prec. whether a skill call ran (docs/design.md, "Exec. Prec. on BFCL").',
         ),
         data_license="apache-2.0",  # bfcl-eval's data (the Gorilla project)
+        # bfcl-eval itself is installed apart, without its dependencies (env.py's `_bfcl` says so when it is missing)
+        requires=("mpmath",),
+        extra="bfcl",
     )
 )
