@@ -23,9 +23,12 @@ import pkgutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib.metadata import entry_points
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from selskill.errors import declare_extra, require_modules
+
+if TYPE_CHECKING:  # the protocols sit above the registry, with the agent that steps an env; annotations only
+    from selskill.envs.base import Env, TaskIndex
 
 # the package whose sub-packages are the benchmarks that ship with selskill (each one a plugin); installed
 # plugins add theirs through ENTRY_POINT_GROUP
@@ -69,9 +72,8 @@ class Benchmark:
     """What the core needs of one benchmark.
 
     `run` below is the parsed run section; the benchmark's own recipe section (one of
-    `sections`, the one its `settings` names) is `run.benchmark_settings`. A task index has
-    `games` (records with `task_id` `<split>/<id>` and `task_type`), `by_id()`, `skipped`,
-    `patched`, `summary()` and `benchmark` (this record's name).
+    `sections`, the one its `settings` names) is `run.benchmark_settings`. Its task index and
+    its environment are `selskill.envs.base.TaskIndex` and `Env`.
     """
 
     name: str
@@ -79,11 +81,12 @@ class Benchmark:
     # the task splits its recipe may name (`sample_split`, `eval_splits`), from its settings
     splits: Callable[[Any], tuple[str, ...]]
     held_out: tuple[str, ...]  # what `eval_splits` evaluates when the recipe leaves it empty
-    task_index: Callable[[Any, str], Any]  # (run, split) -> the tasks of one split
+    task_index: Callable[[Any, str], TaskIndex]  # (run, split) -> the tasks of one split
     # what the tasks of one split are made of (file hashes, package versions): a stage records it, so
     # regenerated or edited tasks are refused like a changed recipe (selskill.data.manifest)
     identity: Callable[[Any, str], dict]
-    env_factory: Callable[[Any], Callable[[], Any]]  # picklable: episodes may run in a child process
+    # index -> a picklable env factory: episodes may run in a child process
+    env_factory: Callable[[TaskIndex], Callable[[], Env]]
     skills: Callable[[], Any]  # its shipped SkillLibrary
     turn_format: Callable[[Any, Any], Any]  # (rollout section, settings) -> its TurnFormat
     settings: type | None = None  # its recipe section (a dataclass, keys prefixed by its name), if any
@@ -97,7 +100,7 @@ class Benchmark:
     # one-off data the recipe needs before any stage plays (ALFWorld generates its games)
     prepare: Callable[[Any, Sequence[str]], None] | None = None
     # `selskill eval --games DIR`: an index over a directory of tasks, where the env has them
-    index_from_dir: Callable[[Any, str, str], Any] | None = None
+    index_from_dir: Callable[[Any, str, str], TaskIndex] | None = None
     # recipe rules that span sections (`{section class name: section}`); raises ValueError
     check_recipe: Callable[[dict], None] | None = None
     # its turns are non-thinking by rule: the chat template is told so (`enable_thinking`) even in compact turns
@@ -195,7 +198,7 @@ def playable(name: str) -> Benchmark:
     return spec
 
 
-def benchmark_of_index(index) -> Benchmark:
+def benchmark_of_index(index: TaskIndex) -> Benchmark:
     """The benchmark whose task index `index` is."""
     return benchmark(index.benchmark)
 

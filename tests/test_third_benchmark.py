@@ -75,11 +75,13 @@ class CounterIndex:
     split: str
     games: list = field(default_factory=list)
     skipped: Tally = field(default_factory=Tally)
-    patched: int = 0
     benchmark = "counter"
 
     def by_id(self) -> dict:
         return {g.task_id: g for g in self.games}
+
+    def stats(self) -> dict:
+        return {}
 
     def summary(self) -> str:
         return f"{len(self.games)} counter tasks"

@@ -697,11 +697,13 @@ class BfclTaskIndex:
     withheld_callable: bool = True
     games: list[TaskRecord] = field(default_factory=list)
     skipped: Counter = field(default_factory=Counter)  # nothing is skipped: every task plays
-    patched: int = 0
     benchmark = "bfcl"  # its registry name (selskill.registry.benchmark_of_index)
 
     def by_id(self) -> dict[str, TaskRecord]:
         return {g.task_id: g for g in self.games}
+
+    def stats(self) -> dict[str, int]:
+        return {}
 
     def summary(self) -> str:
         return f"{len(self.games)} BFCL tasks ({', '.join(self.categories)}) in split {self.split}"
