@@ -208,8 +208,8 @@ class RetrievalBench:
     def from_args(cls, args) -> RetrievalBench:
         values = {f.name: getattr(args, f.name) for f in fields(cls) if f.name != "options"}
         options = {
-            name: options(**{f.name: getattr(args, f.name) for f in fields(options)})
-            for name, options in retrieval_options().items()
+            name: own(**{f.name: getattr(args, f.name) for f in fields(own)})
+            for name, own in retrieval_options().items()
         }
         return cls(**{**values, "envs": tuple(args.envs), "scorers": tuple(args.scorers), "options": options})
 
