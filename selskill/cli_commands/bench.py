@@ -141,8 +141,9 @@ COMMANDS = [
         help="R@1/3/5 of the retrieval modes (all, task, progress) x scorers on each benchmark's reference "
         "episodes, up to ~1,000 skills",
         description="Replays each benchmark's reference episodes (its plugin labels them: replayed ground truth, "
-        "expert demonstrations) and, at every decision point, checks whether a skill relevant to the next move is in the top k of each retrieval mode (all truncated, "
-        "task, progress) and scorer (bm25, dense, fused), with the library padded by seeded distractors. "
+        "expert demonstrations) and, at every decision point, checks whether a skill relevant to the next move "
+        "is in the top k of each retrieval mode (all truncated, task, progress) and scorer (bm25, dense, fused), "
+        "with the library padded by seeded distractors. "
         "Dense and fused need the encoder offline (extra `dense`); they are skipped with a note otherwise.",
         add_arguments=_retrieval_arguments,
         run=_retrieval,
