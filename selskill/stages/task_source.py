@@ -2,9 +2,9 @@
 the balanced cut a stage takes of them.
 
 The recipe's `benchmark` picks the environment, and everything a stage needs of its tasks
-comes from its spec (`selskill.registry`) through here: `game_index(run, split)`
-(the env's task index, `selskill.envs.base.TaskIndex`) and `games_identity(run, splits)` (what those tasks are made of, recorded as a
-stage's input). Task ids are `<split>/<id>` in every env.
+comes from its spec (`selskill.registry`) through here: `game_index(run, split)` (the env's
+task index, `selskill.envs.base.TaskIndex`) and `games_identity(run, splits)` (what those
+tasks are made of, recorded as a stage's input). Task ids are `<split>/<id>` in every env.
 """
 
 from __future__ import annotations
