@@ -4,9 +4,10 @@ Real labels, no model. At every decision point of a reference trajectory, the sk
 relevant to the next move are known; R@k is the share of decision points where at least
 one of them is in the top k of a mode's ranking:
 
-each benchmark plugin labels its own reference episodes (`Benchmark.retrieval_episodes`:
-BFCL's ground truth replayed call by call, ALFWorld's expert demonstrations; each plugin's
-`retrieval_bench.py` says how it labels them).
+each benchmark plugin labels its own reference episodes, and adds its own options to the
+command (`Benchmark.retrieval`, a `RetrievalOptions` class: BFCL's ground truth replayed call
+by call, ALFWorld's expert demonstrations; each plugin's `retrieval_bench.py` says how it
+labels them).
 
 Modes (`selskill.skills.retrieval`): `all` truncated to k (the listing's first k names:
 what a listing that only had room for k would show), `task` (once per episode from the task
@@ -23,9 +24,10 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass, fields, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
+from typing import Protocol
 
 from selskill import markdown
 from selskill.skills.distractors import library_of_size
@@ -166,28 +168,50 @@ def format_table(rows: Sequence[dict]) -> str:
     )
 
 
+class RetrievalOptions(Protocol):
+    """A benchmark's own part of a `selskill bench retrieval` run (`Benchmark.retrieval` is its class): a
+    dataclass whose fields are its flags, named after the benchmark as its recipe keys are
+    (`bfcl_split` is `--bfcl-split`), each flag's default the field's."""
+
+    @classmethod
+    def add_arguments(cls, parser) -> None:
+        """Add its flags to the command's parser."""
+
+    def episodes(self, bench: RetrievalBench) -> tuple[SkillLibrary, list[Episode], dict]:
+        """(its own skills, its labelled reference episodes, what the result records of them)."""
+
+
+def retrieval_options() -> dict[str, type]:
+    """The options class of every registered benchmark that has a retrieval bench, by name (registry order)."""
+    from selskill.registry import benchmark, names
+
+    return {name: spec.retrieval() for name in names() if (spec := benchmark(name)).retrieval is not None}
+
+
 @dataclass(frozen=True)
 class RetrievalBench:
-    """What one `selskill bench retrieval` run measures (one field per command-line flag)."""
+    """What one `selskill bench retrieval` run measures (one field per command-line flag, and each
+    benchmark's own options)."""
 
-    envs: tuple[str, ...] = ("bfcl", "alfworld")
+    envs: tuple[str, ...] = ()  # (): every benchmark with a retrieval bench
     sizes: str = DEFAULT_SIZES  # library sizes, "own" = the benchmark's own skills
     scorers: tuple[str, ...] = ("bm25", "dense", "fused")
     dense_model: str = DEFAULT_DENSE_MODEL
-    bfcl_split: str = "test"
-    bfcl_limit: int | None = None
-    alfworld_games: str | None = None  # None: tiny games generated for this run, removed after
-    alfworld_split: str = "valid_seen"
-    alfworld_per_type: int = 10
     seed: int = 0  # distractors and demonstrations
     pseudo_skills: str | None = None  # JSON {task_id: [pseudo-skill text, ...]} for task mode
     record_weight: float = 0.5
     fusion: str = "rrf"
+    # benchmark -> its RetrievalOptions; one not here plays with its options' defaults
+    options: Mapping[str, RetrievalOptions] = field(default_factory=dict)
 
     @classmethod
     def from_args(cls, args) -> RetrievalBench:
-        values = {f.name: getattr(args, f.name) for f in fields(cls)}
-        return cls(**{**values, "envs": tuple(args.envs), "scorers": tuple(args.scorers)})
+        values = {f.name: getattr(args, f.name) for f in fields(cls) if f.name != "options"}
+        options = {
+            name: own(**{f.name: getattr(args, f.name) for f in fields(own)})
+            for name, own in retrieval_options().items()
+        }
+        return cls(**{**values, "envs": tuple(args.envs), "scorers": tuple(args.scorers), "options": options})
 
     def retrieval_config(self) -> RetrievalConfig:
         return RetrievalConfig(
@@ -205,7 +229,7 @@ def bench_retrieval(bench: RetrievalBench | None = None) -> dict:
     pseudo = json.loads(Path(bench.pseudo_skills).read_text()) if bench.pseudo_skills else None
     if pseudo is None:
         result["notes"].append("task mode without pseudo-skills (no policy): SkillDreamer's Direct Retrieval")
-    for env in bench.envs:
+    for env in bench.envs or tuple(retrieval_options()):
         t0 = time.perf_counter()
         own, episodes, result[env] = _env_episodes(env, bench)
         result[env]["build_seconds"] = round(time.perf_counter() - t0, 1)
@@ -234,12 +258,13 @@ def _scorers(
 
 def _env_episodes(env: str, bench: RetrievalBench) -> tuple[SkillLibrary, list[Episode], dict]:
     """(the benchmark's own skills, its labelled episodes, what the result records of them)."""
-    from selskill.registry import benchmark
+    from selskill.registry import playable
 
-    spec = benchmark(env)
-    if spec.retrieval_episodes is None:
+    spec = playable(env)
+    if spec.retrieval is None:
         raise ValueError(f"benchmark {env} has no labelled episodes for the retrieval bench")
-    return spec.retrieval_episodes(bench)
+    options = bench.options.get(env) or spec.retrieval()()
+    return options.episodes(bench)
 
 
 def main(args) -> int:

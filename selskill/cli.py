@@ -14,18 +14,40 @@ from collections.abc import Sequence
 
 from selskill.command import Command
 
+# commands with where each comes from (a module, a benchmark plugin), for an error that names both of a clash
+Sourced = list[tuple[str, Command]]
 
-def benchmark_commands() -> tuple[list[Command], list[Command]]:
-    """The commands every registered benchmark adds: (top-level ones, `selskill bench` ones)."""
-    from selskill.registry import benchmark, names
 
-    specs = [benchmark(name) for name in names()]
-    return [c for b in specs for c in b.commands()], [c for b in specs for c in b.bench_commands()]
+def benchmark_commands() -> tuple[Sourced, Sourced]:
+    """The commands every registered benchmark adds: (top-level ones, `selskill bench` ones), each with its
+    plugin."""
+    from selskill.registry import benchmark, names, source
+
+    specs = [(f"benchmark {name} ({source(name)})", benchmark(name)) for name in names()]
+    return (
+        [(where, c) for where, b in specs for c in b.commands()],
+        [(where, c) for where, b in specs for c in b.bench_commands()],
+    )
+
+
+def distinct(sourced: Sourced, group: str) -> tuple[Command, ...]:
+    """The commands of `sourced`, refusing two of one name under `group` (argparse would keep one silently)."""
+    seen: dict[str, str] = {}
+    for where, cmd in sourced:
+        if cmd.name in seen:
+            raise ValueError(
+                f"`{group} {cmd.name}` is defined twice: by {seen[cmd.name]} and by {where}; rename one of them"
+            )
+        seen[cmd.name] = where
+    return tuple(cmd for _, cmd in sourced)
 
 
 def commands() -> list[Command]:
     """Every top-level command, in the order `selskill --help` lists them."""
     from selskill.cli_commands import bench, outputs, rounds
+
+    def core(module, *cmds: Command) -> Sourced:
+        return [(getattr(module, "__name__", module), c) for c in cmds]
 
     top, benches = benchmark_commands()
     group = Command(
@@ -33,9 +55,20 @@ def commands() -> list[Command]:
         help="benchmarks (bench rollout: speed; bench retrieval: skill retrieval R@k; bench label-agreement: "
         "whether a branch point forked twice gets the same label)",
         description="Benchmarks that print their figures (record them in docs/benchmarks.md).",
-        subcommands=(*benches, *bench.COMMANDS),
+        subcommands=distinct([*benches, *core(bench, *bench.COMMANDS)], "selskill bench"),
     )
-    return [*top, *rounds.COMMANDS, outputs.REPORT, outputs.EXPORT_PAIRS, group, outputs.IMPORT_SKILLS]
+    return list(
+        distinct(
+            [
+                *top,
+                *core(rounds, *rounds.COMMANDS),
+                *core(outputs, outputs.REPORT, outputs.EXPORT_PAIRS),
+                *core("selskill.cli", group),
+                *core(outputs, outputs.IMPORT_SKILLS),
+            ],
+            "selskill",
+        )
+    )
 
 
 class Parser(argparse.ArgumentParser):

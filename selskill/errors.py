@@ -22,9 +22,10 @@ prints no traceback from any of them.
 from __future__ import annotations
 
 import errno
+import importlib.util
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 
 BAD_INPUT = (ValueError, FileNotFoundError, FileExistsError)
 INTERRUPTED = 130  # the exit status of a process stopped by Ctrl-C, as a shell reports it
@@ -32,8 +33,9 @@ INTERRUPTED_LINE = (
     "interrupted: rerun the same command to resume (complete ranks and train checkpoints are kept)"
 )
 
-# top-level module -> the extra that installs it (pyproject.toml): a subcommand that needs a
-# package the install lacks says which extra to add instead of a traceback
+# top-level module -> the extra of the core that installs it (pyproject.toml): a subcommand that needs a
+# package the install lacks says which extra to add instead of a traceback. A benchmark plugin names its own
+# (`selskill.registry.Benchmark.extra` and `requires`), which its registration declares (`declare_extra`).
 EXTRA_OF = {
     "torch": "train",
     "transformers": "train",
@@ -41,14 +43,32 @@ EXTRA_OF = {
     "trl": "train",
     "accelerate": "train",
     "bm25s": "train",
-    "alfworld": "alfworld",
-    "textworld": "alfworld",
-    "mpmath": "bfcl",
     "deepspeed": "deepspeed",
     "wandb": "wandb",
     "vllm": "vllm",
     "ray": "ray",
 }
+_DECLARED: dict[str, str] = {}  # the plugins' modules -> their extras
+
+
+def declare_extra(extra: str, modules: Iterable[str]) -> None:
+    """Make `extra` what a missing module of `modules` names as its install."""
+    _DECLARED.update(dict.fromkeys(modules, extra))
+
+
+def extras() -> dict[str, str]:
+    """Every module a missing-module error names an extra for: the core's and those plugins declared."""
+    return {**EXTRA_OF, **_DECLARED}
+
+
+def require_modules(what: str, modules: Sequence[str], extra: str | None) -> None:
+    """Raise a one-line `MissingPackage` naming the modules of `modules` that are not installed and the install
+    that adds them, before any work starts rather than deep inside it (datatrove's `_requires_dependencies`)."""
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    if missing:
+        fix = f"pip install 'selskill[{extra}]'" if extra else f"pip install {' '.join(missing)}"
+        verb = "is" if len(missing) == 1 else "are"
+        raise MissingPackage(f"{what} needs {', '.join(missing)}, which {verb} not installed: {fix}")
 
 
 class ExplainedError(RuntimeError):
@@ -103,7 +123,7 @@ def _missing_extra(exc: BaseException) -> str | None:
     """The extra that installs the module `exc` did not find (None: not a module of an extra)."""
     if not isinstance(exc, ModuleNotFoundError):
         return None
-    return EXTRA_OF.get((exc.name or "").partition(".")[0])
+    return extras().get((exc.name or "").partition(".")[0])
 
 
 def exit_status(exc: BaseException) -> int | None:

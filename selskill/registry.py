@@ -18,15 +18,33 @@ its recipe section and this record.
 from __future__ import annotations
 
 import importlib
+import inspect
+import pkgutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib.metadata import entry_points
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-# the benchmarks that ship with selskill; installed plugins add theirs through ENTRY_POINT_GROUP
-BUILTIN = ("selskill.benchmarks.alfworld", "selskill.benchmarks.bfcl")
+from selskill.errors import declare_extra, require_modules
+
+if TYPE_CHECKING:  # the protocols sit above the registry, with the agent that steps an env; annotations only
+    from selskill.envs.base import Env, TaskIndex
+
+# the package whose sub-packages are the benchmarks that ship with selskill (each one a plugin); installed
+# plugins add theirs through ENTRY_POINT_GROUP
+BUILTIN_PACKAGE = "selskill.benchmarks"
 ENTRY_POINT_GROUP = "selskill.benchmarks"
-DEFAULT_BENCHMARK = "alfworld"  # the recipe's default `benchmark`, and that of rows that name none
+
+
+def builtin() -> tuple[str, ...]:
+    """The modules of the built-in plugins: every sub-package of BUILTIN_PACKAGE, by name."""
+    package = importlib.import_module(BUILTIN_PACKAGE)
+    return tuple(f"{BUILTIN_PACKAGE}.{m.name}" for m in pkgutil.iter_modules(package.__path__) if m.ispkg)
+
+
+# the recipe's default `benchmark`, and that of recorded rows that name none: the built-in plugins' package
+# names it (`DEFAULT`), as no code of the core may
+DEFAULT_BENCHMARK: str = importlib.import_module(BUILTIN_PACKAGE).DEFAULT
 
 
 @dataclass(frozen=True)
@@ -54,9 +72,8 @@ class Benchmark:
     """What the core needs of one benchmark.
 
     `run` below is the parsed run section; the benchmark's own recipe section (one of
-    `sections`, the one its `settings` names) is `run.benchmark_settings`. A task index has
-    `games` (records with `task_id` `<split>/<id>` and `task_type`), `by_id()`, `skipped`,
-    `patched`, `summary()` and `benchmark` (this record's name).
+    `sections`, the one its `settings` names) is `run.benchmark_settings`. Its task index and
+    its environment are `selskill.envs.base.TaskIndex` and `Env`.
     """
 
     name: str
@@ -64,11 +81,12 @@ class Benchmark:
     # the task splits its recipe may name (`sample_split`, `eval_splits`), from its settings
     splits: Callable[[Any], tuple[str, ...]]
     held_out: tuple[str, ...]  # what `eval_splits` evaluates when the recipe leaves it empty
-    task_index: Callable[[Any, str], Any]  # (run, split) -> the tasks of one split
+    task_index: Callable[[Any, str], TaskIndex]  # (run, split) -> the tasks of one split
     # what the tasks of one split are made of (file hashes, package versions): a stage records it, so
     # regenerated or edited tasks are refused like a changed recipe (selskill.data.manifest)
     identity: Callable[[Any, str], dict]
-    env_factory: Callable[[Any], Callable[[], Any]]  # picklable: episodes may run in a child process
+    # index -> a picklable env factory: episodes may run in a child process
+    env_factory: Callable[[TaskIndex], Callable[[], Env]]
     skills: Callable[[], Any]  # its shipped SkillLibrary
     turn_format: Callable[[Any, Any], Any]  # (rollout section, settings) -> its TurnFormat
     settings: type | None = None  # its recipe section (a dataclass, keys prefixed by its name), if any
@@ -82,30 +100,59 @@ class Benchmark:
     # one-off data the recipe needs before any stage plays (ALFWorld generates its games)
     prepare: Callable[[Any, Sequence[str]], None] | None = None
     # `selskill eval --games DIR`: an index over a directory of tasks, where the env has them
-    index_from_dir: Callable[[Any, str, str], Any] | None = None
+    index_from_dir: Callable[[Any, str, str], TaskIndex] | None = None
     # recipe rules that span sections (`{section class name: section}`); raises ValueError
     check_recipe: Callable[[dict], None] | None = None
     # its turns are non-thinking by rule: the chat template is told so (`enable_thinking`) even in compact turns
     states_thinking: bool = False
-    # `selskill bench retrieval`: (its skills, its labelled reference episodes, what to record) for a bench
-    retrieval_episodes: Callable[[Any], tuple] | None = None
+    # `selskill bench retrieval` on it: the class of its own options there (its flags, and its labelled
+    # reference episodes: `selskill.bench_retrieval.RetrievalOptions`), imported when asked for
+    retrieval: Callable[[], type] | None = None
     # `selskill` sub-commands of its own (selskill.cli's Command shape), and `selskill bench` ones
     commands: Callable[[], Sequence[Any]] = lambda: ()
     bench_commands: Callable[[], Sequence[Any]] = lambda: ()
     wording: Wording = Wording()
+    # what it needs beyond selskill's base install: the top-level modules it plays with, and the selskill extra
+    # that installs them (None: `pip install <module>`); checked before it plays, and named by any error that
+    # finds one missing
+    requires: tuple[str, ...] = ()
+    extra: str | None = None
     # the hub license id of its tasks' data: an exported round's dataset card carries it (export-pairs --license
     # overrides)
     data_license: str = "unknown"
 
 
 _REGISTRY: dict[str, Benchmark] = {}
+_SOURCES: dict[str, str] = {}  # benchmark name -> what registered it (`source`)
+_ENTRY_POINTS: dict[str, str] = {}  # module -> the installed entry point that names it
 _discovered = False
 
 
 def register(spec: Benchmark) -> Benchmark:
-    """Make `spec` a benchmark recipes can name (a plugin's `__init__` calls it on import)."""
-    _REGISTRY[spec.name] = spec
+    """Make `spec` a benchmark recipes can name (a plugin's `__init__` calls it on import).
+
+    A name is one benchmark: a second plugin that takes it is refused with both named, since
+    the recipe's `benchmark:` would otherwise play whichever was imported last. The module
+    that registered it again (a reload) replaces it."""
+    caller = inspect.currentframe().f_back
+    module = caller.f_globals.get("__name__", "?") if caller is not None else "?"
+    where = f"{module} (entry point {_ENTRY_POINTS[module]})" if module in _ENTRY_POINTS else module
+    first = _SOURCES.get(spec.name, where)
+    if first != where:
+        raise ValueError(
+            f"two plugins register the benchmark {spec.name!r}: {first} and {where}; uninstall one of them "
+            "or rename its benchmark"
+        )
+    _REGISTRY[spec.name], _SOURCES[spec.name] = spec, where
+    if spec.extra is not None:
+        declare_extra(spec.extra, spec.requires)
     return spec
+
+
+def source(name: str) -> str:
+    """The module that registered benchmark `name` (and its entry point, for an installed plugin)."""
+    benchmark(name)
+    return _SOURCES[name]
 
 
 def _discover() -> None:
@@ -114,11 +161,13 @@ def _discover() -> None:
     if _discovered:
         return
     _discovered = True
-    for module in BUILTIN:
+    shipped = builtin()
+    for module in shipped:
         importlib.import_module(module)
     for ep in entry_points(group=ENTRY_POINT_GROUP):
-        if ep.value in BUILTIN:
+        if ep.value in shipped:
             continue
+        _ENTRY_POINTS[ep.value] = ep.name
         try:
             importlib.import_module(ep.value)
         except ImportError as exc:
@@ -134,7 +183,7 @@ def names() -> tuple[str, ...]:
     return tuple(_REGISTRY)
 
 
-def benchmark(name: str = DEFAULT_BENCHMARK) -> Benchmark:
+def benchmark(name: str) -> Benchmark:
     _discover()
     try:
         return _REGISTRY[name]
@@ -142,7 +191,14 @@ def benchmark(name: str = DEFAULT_BENCHMARK) -> Benchmark:
         raise ValueError(f"unknown benchmark {name!r}; choose from {', '.join(_REGISTRY)}") from None
 
 
-def benchmark_of_index(index) -> Benchmark:
+def playable(name: str) -> Benchmark:
+    """Benchmark `name`, the modules it plays with checked: a missing one is said in one line with its install."""
+    spec = benchmark(name)
+    require_modules(f"benchmark {name}", spec.requires, spec.extra)
+    return spec
+
+
+def benchmark_of_index(index: TaskIndex) -> Benchmark:
     """The benchmark whose task index `index` is."""
     return benchmark(index.benchmark)
 
@@ -161,13 +217,13 @@ def settings_sections() -> tuple[type, ...]:
     return tuple(b.settings for b in (benchmark(n) for n in names()) if b.settings is not None)
 
 
-def step_measure(name: str = DEFAULT_BENCHMARK) -> StepMeasure:
+def step_measure(name: str) -> StepMeasure:
     """How benchmark `name` counts steps (its plugin is the only place that decides it)."""
     return benchmark(name).steps
 
 
 __all__ = [
-    "BUILTIN",
+    "BUILTIN_PACKAGE",
     "DEFAULT_BENCHMARK",
     "ENTRY_POINT_GROUP",
     "Benchmark",
@@ -175,9 +231,12 @@ __all__ = [
     "Wording",
     "benchmark",
     "benchmark_of_index",
+    "builtin",
     "names",
+    "playable",
     "register",
     "settings_sections",
+    "source",
     "step_measure",
     "wording_of",
 ]

@@ -22,6 +22,7 @@ from selskill.data.layout import StageDir
 from selskill.data.schema import ROLE_ASSISTANT, ROLE_OBSERVATION, ROLE_PROMPT, ROLE_SKILL_RETURN
 from selskill.data.shards import write_json_atomic, write_shard
 from selskill.metrics import compute_metrics, metrics_by_task_type
+from selskill.registry import step_measure
 from selskill.stages.label import episode_pairs, local_pair, yield_summary
 
 SPLITS = ("valid_seen", "valid_unseen")
@@ -319,11 +320,12 @@ def write_fixture_run(runs: str | Path, exp: str = "fixture") -> Path:
     _finish_stage(StageDir.of(runs, exp, r, "fork"), "fork", forks)
 
     discards: Counter = Counter()
+    steps = step_measure("alfworld")
     pairs = []
     for task in sorted(SAMPLE_PLAN):
-        pairs += episode_pairs([x for x in rollouts if x["task_id"] == task], 3, discards)
+        pairs += episode_pairs([x for x in rollouts if x["task_id"] == task], 3, discards, steps)
     for branch in branches:
-        p = local_pair(branch, [f for f in forks if f["branch_id"] == branch["branch_id"]], discards)
+        p = local_pair(branch, [f for f in forks if f["branch_id"] == branch["branch_id"]], discards, steps)
         if p is not None:
             pairs.append(p)
     pairs.sort(key=lambda p: p["pair_id"])

@@ -19,6 +19,7 @@ pytest.importorskip("bfcl_eval")
 from bfcl_eval.eval_checker.multi_turn_eval import multi_turn_utils  # noqa: E402
 
 from selskill.benchmarks.bfcl import load_bfcl_skills
+from selskill.benchmarks.bfcl.calls import decode_step  # noqa: E402
 from selskill.benchmarks.bfcl.env import (  # noqa: E402
     CATEGORIES,
     BfclEnv,
@@ -35,8 +36,8 @@ from selskill.benchmarks.bfcl.env import (  # noqa: E402
 )
 from selskill.benchmarks.bfcl.execution import unknown_function_text  # noqa: E402
 from selskill.envs.base import Env  # noqa: E402
-from selskill.envs.calls import Call, decode_step, parse_one_call  # noqa: E402
 from selskill.skills import SkillError, SkillExecutor, parse_skill  # noqa: E402
+from selskill.skills.call_templates import Call, parse_one_call  # noqa: E402
 from selskill.skills.executor import CALL_RESULTS  # noqa: E402
 
 SAMPLE = range(0, 200, 9)  # 23 scenarios, every class and category

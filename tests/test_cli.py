@@ -93,7 +93,7 @@ def test_a_benchmark_adds_its_commands_through_benchmark_commands(monkeypatch, c
     sub = Command(
         "hello", help="greet", description="Greets.", run=lambda args: ran.append(args.log_level) or 3
     )
-    monkeypatch.setattr(cli, "benchmark_commands", lambda: ([top], [sub]))
+    monkeypatch.setattr(cli, "benchmark_commands", lambda: ([("tests", top)], [("tests", sub)]))
     assert main(["hello", "--times", "2"]) == 0
     assert main(["bench", "hello", "--log_level", "warning"]) == 3
     assert ran == [("hello", 2), "warning"]
@@ -216,3 +216,21 @@ def test_make_eval_is_selskill_eval_of_the_rounds_model(tmp_path, capsys):
     assert main(["eval", *argv, "--runs_dir", str(tmp_path), "--dry_run"]) == 0
     out = capsys.readouterr().out
     assert f"would evaluate {tmp_path / 'micro' / 'round_2' / 'train' / 'model'} on " in out
+
+
+def test_a_command_defined_twice_is_refused_naming_both_sources(monkeypatch):
+    """A benchmark's command may not take the name of a core command or of another benchmark's: argparse
+    would keep one of them silently."""
+    import selskill.cli as cli
+    from selskill.command import Command
+
+    round_again = Command("round", help="r", description="R.", run=lambda args: 0)
+    monkeypatch.setattr(cli, "benchmark_commands", lambda: ([("benchmark x (x_plugin)", round_again)], []))
+    with pytest.raises(ValueError, match=r"`selskill round` is defined twice: by benchmark x \(x_plugin\) and by "
+                       r"selskill.cli_commands.rounds"):  # fmt: skip
+        cli.build_parser()
+    twice = [("benchmark x (x_plugin)", round_again), ("benchmark y (y_plugin)", round_again)]
+    monkeypatch.setattr(cli, "benchmark_commands", lambda: ([], twice))
+    with pytest.raises(ValueError, match=r"`selskill bench round` is defined twice: by benchmark x .* and by "
+                       r"benchmark y \(y_plugin\)"):  # fmt: skip
+        cli.build_parser()

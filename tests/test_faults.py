@@ -375,7 +375,14 @@ def test_an_unreadable_game_is_counted_in_the_stats_and_said(tmp_path, small_gam
 
     total = collect_stats(stage)
     assert total["games_skipped"] == {"unreadable_game_file": 1}
-    summary = {"round": 1, "exp": "t", "dir": "d", "stages": {"sample": total}, "pairs_by_kind": {}}
+    summary = {
+        "round": 1,
+        "exp": "t",
+        "dir": "d",
+        "stages": {"sample": total},
+        "pairs_by_kind": {},
+        "benchmark": "alfworld",
+    }
     assert "games_skipped={'unreadable_game_file': 1}" in format_summary(summary)
 
 

@@ -1,6 +1,6 @@
 """Hostile BFCL steps: bounded in time and memory, answered with an error text, and never run.
 
-A model's step is text the env decodes (selskill/envs/calls.py) and executes
+A model's step is text the env decodes (selskill/benchmarks/bfcl/calls.py) and executes
 (selskill/benchmarks/bfcl/execution.py). Text over a bound (characters, nesting, calls, int
 digits) is refused before it is parsed, or right after, with the reason in the observation;
 text that would make BFCL's `eval` run anything but a backend method runs nothing, and the
@@ -20,9 +20,7 @@ import pytest
 
 pytest.importorskip("bfcl_eval")
 
-from selskill.benchmarks.bfcl.decoding import decode  # noqa: E402
-from selskill.benchmarks.bfcl.env import BfclEnv  # noqa: E402
-from selskill.envs.calls import (  # noqa: E402
+from selskill.benchmarks.bfcl.calls import (  # noqa: E402
     MAX_CALLS_PER_STEP,
     MAX_INT_WORK_BITS,
     MAX_INT_WORK_DIGITS,
@@ -31,6 +29,8 @@ from selskill.envs.calls import (  # noqa: E402
     MAX_STEP_CHARS,
     decode_step,
 )
+from selskill.benchmarks.bfcl.decoding import decode  # noqa: E402
+from selskill.benchmarks.bfcl.env import BfclEnv  # noqa: E402
 
 TASK = "multi_turn_base_0"  # GorillaFileSystem + TwitterAPI
 

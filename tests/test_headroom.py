@@ -170,7 +170,7 @@ def test_the_eval_scores_the_task_as_the_env_states_it_against_the_listed_librar
     got = headroom_summary(with_skills, without, run, rollout, cfg, 0, str(small_games))
     assert list(got) == ["train"] and got["train"]["max_decisions"] == 9
     env = AlfworldEnv(index)
-    library = runner_library(rollout)
+    library = runner_library(rollout, run.benchmark)
     library = SkillLibrary({**library, "self_reasoning": EXPLICIT_SKIP})
     names = list(library)
     scorer = BM25Scorer([skill_document(library[n]) for n in names])

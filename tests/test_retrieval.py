@@ -540,7 +540,7 @@ def test_bfcl_relevance_and_replayed_events():
 
 
 def test_bench_retrieval_parser():
-    from selskill.bench_retrieval import RetrievalBench
+    from selskill.bench_retrieval import RetrievalBench, retrieval_options
     from selskill.cli import build_parser
 
     args = build_parser().parse_args(
@@ -549,8 +549,20 @@ def test_bench_retrieval_parser():
     from selskill.cli_commands import bench
 
     assert args.envs == ["bfcl"] and args.scorers == ["bm25"] and args.func is bench._retrieval
-    # every flag reaches the run's settings, and the flags' defaults are the settings' defaults
-    assert RetrievalBench.from_args(args) == RetrievalBench(envs=("bfcl",), scorers=("bm25",), sizes="own")
+    # every flag reaches the run's settings, and the flags' defaults are the settings' defaults, each
+    # benchmark's own (its options, contributed by its plugin) included
+    defaults = {name: options() for name, options in retrieval_options().items()}
+    assert set(defaults) == {"alfworld", "bfcl"}
+    assert RetrievalBench.from_args(args) == RetrievalBench(
+        envs=("bfcl",), scorers=("bm25",), sizes="own", options=defaults
+    )
+    args = build_parser().parse_args(
+        ["bench", "retrieval", "--bfcl-split", "train", "--bfcl_limit", "3", "--alfworld-per-type", "2"]
+    )
+    got = RetrievalBench.from_args(args)
+    assert got.envs == ("alfworld", "bfcl")  # every benchmark with a retrieval bench, in the registry's order
+    assert (got.options["bfcl"].bfcl_split, got.options["bfcl"].bfcl_limit) == ("train", 3)
+    assert got.options["alfworld"].alfworld_per_type == 2
 
 
 def test_import_skips_link_loops_and_special_files_counting_each_reason(tmp_path, capsys):

@@ -173,11 +173,11 @@ def test_listing_noise_has_its_size_and_a_directory_per_size():
 
 
 def test_the_library_sizes_of_the_recipe():
-    assert runner_library(RolloutConfig()).names == OWN.names
-    padded = runner_library(RolloutConfig(retrieval_library_size=40))
+    assert runner_library(RolloutConfig(), "alfworld").names == OWN.names
+    padded = runner_library(RolloutConfig(retrieval_library_size=40), "alfworld")
     assert len(padded) == 40 and set(OWN.names) < set(padded.names)
     with pytest.raises(ValueError, match="retrieval_library_size: 5"):
-        runner_library(RolloutConfig(retrieval_library_size=5))
+        runner_library(RolloutConfig(retrieval_library_size=5), "alfworld")
     assert retriever(RolloutConfig(), padded) is None
     assert retriever(RolloutConfig(retrieval_mode="task"), padded).config.mode == "task"
 

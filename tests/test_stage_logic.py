@@ -9,9 +9,12 @@ from fixtures_run import chat_fields
 
 from selskill.data.schema import ROLE_ASSISTANT, ROLE_OBSERVATION, ROLE_PROMPT
 from selskill.metrics import compute_metrics, paired_sr_difference
+from selskill.registry import step_measure
 from selskill.stages.branch import BranchConfig, select_points, turn_scores
 from selskill.stages.label import completion, episode_pairs, local_pair
 from selskill.train.pairs import loss_mask
+
+STEPS = step_measure("alfworld")  # a step is a decision
 
 
 def _cands():
@@ -104,7 +107,7 @@ def test_success_beats_failure_and_best_per_arm():
         _fork("s0", "skip", False, 2),
         _fork("s1", "skip", False, 3),
     ]
-    p = local_pair(BRANCH, forks, d)
+    p = local_pair(BRANCH, forks, d, STEPS)
     assert p["label_reason"] == "success_vs_failure" and p["chosen_arm"] == "invoke"
     assert p["chosen_source"] == "i1" and p["rejected_source"] == "s0"
     assert p["prompt_ids"] == [1, 2, 3]
@@ -116,10 +119,14 @@ def test_success_beats_failure_and_best_per_arm():
 
 def test_efficiency_ties_and_both_failed():
     d = Counter()
-    p = local_pair(BRANCH, [_fork("i0", "invoke", True, 7), _fork("s0", "skip", True, 4)], d)
+    p = local_pair(BRANCH, [_fork("i0", "invoke", True, 7), _fork("s0", "skip", True, 4)], d, STEPS)
     assert p["label_reason"] == "efficiency" and p["chosen_arm"] == "skip" and p["chosen_steps"] == 4
-    assert local_pair(BRANCH, [_fork("i0", "invoke", True, 4), _fork("s0", "skip", True, 4)], d) is None
-    assert local_pair(BRANCH, [_fork("i0", "invoke", False, 4), _fork("s0", "skip", False, 2)], d) is None
+    assert (
+        local_pair(BRANCH, [_fork("i0", "invoke", True, 4), _fork("s0", "skip", True, 4)], d, STEPS) is None
+    )
+    assert (
+        local_pair(BRANCH, [_fork("i0", "invoke", False, 4), _fork("s0", "skip", False, 2)], d, STEPS) is None
+    )
     assert d == {"local_tie": 1, "local_both_failed": 1}
 
 
@@ -129,27 +136,27 @@ def test_efficiency_counts_decisions_not_environment_commands():
     # the skip arm's two actions, one decision fewer, so invoking wins
     inv, skp = _fork("i0", "invoke", True, 3), _fork("s0", "skip", True, 4)
     inv["env_steps_after_branch"] = skp["env_steps_after_branch"] = 4
-    p = local_pair(BRANCH, [inv, skp], d)
+    p = local_pair(BRANCH, [inv, skp], d, STEPS)
     assert p["label_reason"] == "efficiency" and p["chosen_arm"] == "invoke"
     assert (p["chosen_steps"], p["rejected_steps"]) == (3, 4)
     # a redundant memory call runs no command but costs a decision: skipping wins
     inv, skp = _fork("i0", "invoke", True, 5), _fork("s0", "skip", True, 4)
     inv["env_steps_after_branch"] = skp["env_steps_after_branch"] = 4
-    assert local_pair(BRANCH, [inv, skp], d)["chosen_arm"] == "skip"
+    assert local_pair(BRANCH, [inv, skp], d, STEPS)["chosen_arm"] == "skip"
 
 
 def test_malformed_chosen_side_is_never_kept_and_errors_are_ignored():
     d = Counter()
     forks = [_fork("i0", "invoke", True, 3, malformed=1), _fork("s0", "skip", False, 2)]
-    assert local_pair(BRANCH, forks, d) is None and d["local_chosen_malformed"] == 1
+    assert local_pair(BRANCH, forks, d, STEPS) is None and d["local_chosen_malformed"] == 1
     forks = [
         _fork("i0", "invoke", True, 3, malformed=1),
         _fork("i1", "invoke", True, 6),
         _fork("s0", "skip", False, 2),
     ]
-    assert local_pair(BRANCH, forks, d)["chosen_source"] == "i1"
+    assert local_pair(BRANCH, forks, d, STEPS)["chosen_source"] == "i1"
     forks = [_fork("i0", "invoke", True, 3, err=True), _fork("s0", "skip", False, 2)]
-    assert local_pair(BRANCH, forks, d) is None and d["local_missing_arm"] == 1
+    assert local_pair(BRANCH, forks, d, STEPS) is None and d["local_missing_arm"] == 1
 
 
 def test_success_rate_rule_outvotes_one_lucky_sample_that_best_follows():
@@ -162,10 +169,10 @@ def test_success_rate_rule_outvotes_one_lucky_sample_that_best_follows():
         _fork("s1", "skip", True, 8),
     ]
     d = Counter()
-    best = local_pair(BRANCH, forks, d)
+    best = local_pair(BRANCH, forks, d, STEPS)
     assert (best["chosen_arm"], best["label_reason"]) == ("invoke", "efficiency")
     assert (best["chosen_source"], best["rejected_source"]) == ("i0", "s1")
-    rate = local_pair(BRANCH, forks, d, rule="success_rate")
+    rate = local_pair(BRANCH, forks, d, STEPS, rule="success_rate")
     assert (rate["chosen_arm"], rate["label_reason"]) == ("skip", "success_rate")
     assert (rate["chosen_source"], rate["rejected_source"]) == ("s1", "i0")
     assert (rate["chosen_success"], rate["rejected_success"]) == (True, True)
@@ -182,14 +189,14 @@ def test_success_rate_rule_ties_fall_back_to_efficiency_and_zero_rates_drop():
         _fork("s0", "skip", True, 4),
         _fork("s1", "skip", False, 2),
     ]
-    p = local_pair(BRANCH, forks, d, rule="success_rate")
+    p = local_pair(BRANCH, forks, d, STEPS, rule="success_rate")
     assert (p["chosen_arm"], p["label_reason"], p["chosen_source"]) == ("skip", "efficiency", "s0")
     # a success rate against none: success vs failure, whatever the rule
     forks = [_fork("i0", "invoke", False, 2), _fork("i1", "invoke", False, 3), _fork("s0", "skip", True, 9)]
-    p = local_pair(BRANCH, forks, d, rule="success_rate")
+    p = local_pair(BRANCH, forks, d, STEPS, rule="success_rate")
     assert (p["chosen_arm"], p["label_reason"]) == ("skip", "success_vs_failure")
     forks = [_fork("i0", "invoke", False, 2), _fork("s0", "skip", False, 2), _fork("s1", "skip", False, 4)]
-    assert local_pair(BRANCH, forks, d, rule="success_rate") is None
+    assert local_pair(BRANCH, forks, d, STEPS, rule="success_rate") is None
     # an engine error is no sample: 1 of 1 usable beats 1 of 2
     forks = [
         _fork("i0", "invoke", True, 9),
@@ -197,10 +204,10 @@ def test_success_rate_rule_ties_fall_back_to_efficiency_and_zero_rates_drop():
         _fork("s0", "skip", True, 4),
         _fork("s1", "skip", False, 2),
     ]
-    assert local_pair(BRANCH, forks, d, rule="success_rate")["chosen_arm"] == "invoke"
+    assert local_pair(BRANCH, forks, d, STEPS, rule="success_rate")["chosen_arm"] == "invoke"
     assert d == {"local_both_failed": 1}
     with pytest.raises(ValueError, match="label_arm_rule 'rate' is not one of: best, success_rate"):
-        local_pair(BRANCH, forks, d, rule="rate")
+        local_pair(BRANCH, forks, d, STEPS, rule="rate")
 
 
 def test_label_records_roles_and_turns_and_train_builds_the_window_from_them():
@@ -243,13 +250,13 @@ def test_episode_pairs_shortest_success_vs_longest_failures():
         _rollout("g", False, 10),
         _rollout("h", False, 99, err=True),
     ]
-    pairs = episode_pairs(rows, 3, d)
+    pairs = episode_pairs(rows, 3, d, STEPS)
     assert [(p["chosen_source"], p["rejected_source"]) for p in pairs] == [("c", "e"), ("c", "f"), ("c", "d")]
     assert (
         all(p["chosen_role"] == [1, 2] and p["chosen_turn"] == [0, 0] for p in pairs)
         and d["episode_env_error"] == 1
     )
-    assert episode_pairs([_rollout("a", True, 3)], 3, d) == [] and d["episode_no_contrast"] == 1
+    assert episode_pairs([_rollout("a", True, 3)], 3, d, STEPS) == [] and d["episode_no_contrast"] == 1
 
 
 def _ep(success, calls, precise, steps, malformed=0, turns=10, task="t"):

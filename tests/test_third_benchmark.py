@@ -75,11 +75,13 @@ class CounterIndex:
     split: str
     games: list = field(default_factory=list)
     skipped: Tally = field(default_factory=Tally)
-    patched: int = 0
     benchmark = "counter"
 
     def by_id(self) -> dict:
         return {g.task_id: g for g in self.games}
+
+    def stats(self) -> dict:
+        return {}
 
     def summary(self) -> str:
         return f"{len(self.games)} counter tasks"
@@ -217,4 +219,35 @@ def test_an_installed_plugin_is_found_by_its_entry_point(tmp_path, monkeypatch):
     monkeypatch.setattr(registry, "entry_points", lambda group: missing)
     monkeypatch.setattr(registry, "_discovered", False)
     with pytest.raises(ImportError, match="benchmark plugin gone .*install what it needs or uninstall it"):
+        registry.names()
+
+
+def test_a_benchmark_name_taken_twice_is_refused_naming_both_plugins(tmp_path, monkeypatch):
+    """Two plugins that register one name: the second is refused with both modules (and the installed one's
+    entry point) named, instead of a recipe silently playing whichever was imported last."""
+    import importlib
+    from importlib.metadata import EntryPoint
+
+    from selskill import registry
+
+    spec = (
+        "from selskill.registry import Benchmark, StepMeasure, register\n"
+        "register(Benchmark(name='twice', steps=StepMeasure('n_turns', 'steps_after_branch', 'decisions'),\n"
+        "    splits=lambda s: ('train',), held_out=('train',), task_index=None, identity=None,\n"
+        "    env_factory=None, skills=None, turn_format=None))\n"
+    )
+    for module in ("twice_one", "twice_two"):
+        (tmp_path / f"{module}.py").write_text(spec)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    monkeypatch.setattr(registry, "_SOURCES", dict(registry._SOURCES))
+    monkeypatch.setattr(registry, "_ENTRY_POINTS", {})
+    importlib.import_module("twice_one")
+    assert registry.source("twice") == "twice_one"
+    importlib.reload(importlib.import_module("twice_one"))  # the same plugin again: no conflict
+    found = [EntryPoint("twice_ep", "twice_two", registry.ENTRY_POINT_GROUP)]
+    monkeypatch.setattr(registry, "entry_points", lambda group: found)
+    monkeypatch.setattr(registry, "_discovered", False)
+    with pytest.raises(ValueError, match=r"two plugins register the benchmark 'twice': twice_one and twice_two "
+                       r"\(entry point twice_ep\); uninstall one"):  # fmt: skip
         registry.names()

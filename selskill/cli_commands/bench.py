@@ -11,7 +11,10 @@ from selskill.command import Command
 
 
 def _retrieval_arguments(b: argparse.ArgumentParser) -> None:
-    b.add_argument("--envs", nargs="+", default=["bfcl", "alfworld"], choices=["bfcl", "alfworld"])
+    from selskill.bench_retrieval import retrieval_options
+
+    options = retrieval_options()
+    b.add_argument("--envs", nargs="+", default=list(options), choices=list(options), help="the benchmarks")
     b.add_argument(
         "--sizes", default="own,68,250,1000", help="library sizes ('own' = the benchmark's skills)"
     )
@@ -25,11 +28,8 @@ def _retrieval_arguments(b: argparse.ArgumentParser) -> None:
     b.add_argument(
         "--record-weight", type=float, default=0.5, help="progress: the record's share vs the step"
     )
-    b.add_argument("--bfcl-split", default="test", choices=["train", "test"])
-    b.add_argument("--bfcl-limit", type=int, help="only the first N tasks of the split")
-    b.add_argument("--alfworld-games", help="games root (default: tiny games generated in a temp folder)")
-    b.add_argument("--alfworld-split", default="valid_seen")
-    b.add_argument("--alfworld-per-type", type=int, default=10, help="games per task type when generating")
+    for own in options.values():  # each benchmark's own options (`--<name>-...`)
+        own.add_arguments(b)
     b.add_argument("--pseudo-skills", help="JSON {task_id: [pseudo-skill text, ...]} for task mode")
     b.add_argument("--seed", type=int, default=0, help="distractor and demonstration seed")
     b.add_argument("--out", help="also write retrieval.json and retrieval.md to this directory")
@@ -138,10 +138,12 @@ def _profile(args: argparse.Namespace) -> int:
 COMMANDS = [
     Command(
         "retrieval",
-        help="R@1/3/5 of the retrieval modes (all, task, progress) x scorers on BFCL and ALFWorld, up to ~1,000 skills",
-        description="Replays BFCL's ground truth and ALFWorld expert demonstrations and, at every decision point, "
-        "checks whether a skill relevant to the next move is in the top k of each retrieval mode (all truncated, "
-        "task, progress) and scorer (bm25, dense, fused), with the library padded by seeded distractors. "
+        help="R@1/3/5 of the retrieval modes (all, task, progress) x scorers on each benchmark's reference "
+        "episodes, up to ~1,000 skills",
+        description="Replays each benchmark's reference episodes (its plugin labels them: replayed ground truth, "
+        "expert demonstrations) and, at every decision point, checks whether a skill relevant to the next move "
+        "is in the top k of each retrieval mode (all truncated, task, progress) and scorer (bm25, dense, fused), "
+        "with the library padded by seeded distractors. "
         "Dense and fused need the encoder offline (extra `dense`); they are skipped with a note otherwise.",
         add_arguments=_retrieval_arguments,
         run=_retrieval,

@@ -52,8 +52,8 @@ class RolloutConfig:
         default=ENV_STEP_CAP,
         metadata={
             "help": "a safety cap on the environment commands of an episode, not its budget (that is "
-            "max_decisions): an executable skill runs several commands in one decision (ALFWorld's heat, cool "
-            "and clean two, examine_with_light a lamp search). The default, two commands per decision of the "
+            "max_decisions): an executable skill runs several commands in one decision (heating, cooling or "
+            "cleaning an object two, a lamp search more). The default, two commands per decision of the "
             "default budget, is not reached in ordinary play; the episode ends with step_limit if it is"
         },
     )

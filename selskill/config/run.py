@@ -74,8 +74,8 @@ class RunConfig:
     benchmark: str = field(
         default=DEFAULT_BENCHMARK,
         metadata={
-            "help": "the benchmark played: a registered plugin (selskill/benchmarks/<name>/: alfworld, bfcl, or an "
-            "installed one); its keys are in its own section below"
+            "help": "the benchmark played: a registered plugin (a folder of selskill/benchmarks/, or an installed "
+            "one); its keys are in its own section below"
         },
     )
     # the benchmark's own recipe section (selskill.registry.Benchmark.settings), set when a recipe is

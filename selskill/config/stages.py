@@ -140,7 +140,7 @@ class EvalConfig:
         default=68,
         metadata={
             "help": "eval_mode listing_noise: skills listed, the benchmark's own plus seeded distractors "
-            "(App. F: BFCL 18 -> 28 | 38 | 68)"
+            "(the paper's App. F pads 18 skills to 28 | 38 | 68)"
         },
     )
     eval_headroom: bool = field(

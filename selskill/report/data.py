@@ -75,7 +75,7 @@ def _stage_rows(
     return table.to_pylist()
 
 
-def _summarize_rows(rows: list[dict], n_boot: int, seed: int, benchmark: str = DEFAULT_BENCHMARK) -> dict:
+def _summarize_rows(rows: list[dict], n_boot: int, seed: int, benchmark: str) -> dict:
     steps = step_measure(benchmark).episode
     splits = sorted({r["task_id"].split("/", 1)[0] for r in rows})
     out = {}
@@ -113,9 +113,9 @@ def load_round(
     exp_dir: Path,
     r: int,
     notes: list[str],
+    benchmark: str,
     n_boot: int = 1000,
     seed: int = 0,
-    benchmark: str = DEFAULT_BENCHMARK,
 ) -> RoundData:
     """What the report needs of round r; anything missing or unreadable becomes a note."""
     runs, exp = exp_dir.parent, exp_dir.name

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from selskill.metrics import LABELS, METRICS, format_value
-from selskill.registry import DEFAULT_BENCHMARK, wording_of
+from selskill.registry import wording_of
 from selskill.report.data import RoundData, paired_sr, round_label
 from selskill.report.plots import (
     PLOTS,
@@ -36,7 +36,7 @@ def _opening(title: str, text: str) -> list[tuple]:
 
 
 def metrics_section(
-    rounds: list[RoundData], n_boot: int, seed: int, notes: list[str], benchmark: str = DEFAULT_BENCHMARK
+    rounds: list[RoundData], n_boot: int, seed: int, notes: list[str], benchmark: str
 ) -> list[tuple]:
     words = wording_of(benchmark)
     have = [d for d in rounds if d.metrics]
@@ -319,7 +319,7 @@ def _plots(words) -> list[_Plot]:
 
 
 def plots_section(
-    rounds: list[RoundData], plots_dir: Path, base: Path, notes: list[str], benchmark: str = DEFAULT_BENCHMARK
+    rounds: list[RoundData], plots_dir: Path, base: Path, notes: list[str], benchmark: str
 ) -> tuple[list, list]:
     """The figures that can be drawn, each with its text and table; a missing one becomes a note."""
     blocks: list[tuple] = [("h", 2, "Plots")]

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from string import Formatter
 
 from selskill.envs.base import Env, natural_key
-from selskill.envs.calls import parse_one_call
+from selskill.skills.call_templates import parse_one_call
 from selskill.skills.model import CallStep, FindStep, Skill, SkillLibrary
 from selskill.skills.step_records import NO_EFFECT_FEEDBACK
 

@@ -32,7 +32,7 @@ from selskill.data.shards import write_json_atomic
 from selskill.data.stage_stats import StageStats
 from selskill.headroom import invoked_skills, skill_headroom
 from selskill.metrics import compute_metrics, metrics_by_task_type
-from selskill.registry import DEFAULT_BENCHMARK, benchmark
+from selskill.registry import benchmark
 from selskill.stages.policy_source import eval_policy_path, load_policy
 from selskill.stages.round_step import PolicyStep
 from selskill.stages.runner_setup import eval_library, make_runner, play_episodes, rollout_row
@@ -102,7 +102,7 @@ def evaluate_rows(
     return rows
 
 
-def summarize(rows: list[dict], cfg: EvalConfig, seed: int, env: str = DEFAULT_BENCHMARK) -> dict:
+def summarize(rows: list[dict], cfg: EvalConfig, seed: int, env: str) -> dict:
     """Metrics per split, overall and per task type (BFCL: per category); steps as `env` counts them."""
     steps = benchmark(env).steps.episode
     out = {}

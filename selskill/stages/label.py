@@ -127,10 +127,10 @@ def _pair(
 
 
 def episode_pairs(
-    rollouts: list[dict], max_rejected: int, discards: Counter, steps: StepMeasure | None = None
+    rollouts: list[dict], max_rejected: int, discards: Counter, steps: StepMeasure
 ) -> list[dict]:
     """Per task: shortest clean success vs up to `max_rejected` longest failures (`steps`: the benchmark's)."""
-    col = (steps or step_measure()).episode
+    col = steps.episode
     usable = [r for r in rollouts if r["termination"] != "error"]
     discards["episode_env_error"] += len(rollouts) - len(usable)
     wins = sorted((r for r in usable if r["success"]), key=lambda r: (r[col], r["rollout_id"]))
@@ -184,14 +184,14 @@ def local_pair(
     branch: dict,
     forks: list[dict],
     discards: Counter,
-    steps: StepMeasure | None = None,
+    steps: StepMeasure,
     rule: str = "best",
 ) -> dict | None:
     """The winning arm's best vs the losing arm's best continuation of `branch`, the winner by `rule`
     (`label_arm_rule`: best | success_rate), or None (the reason counted in `discards`)."""
     if rule not in LABEL_ARM_RULES:
         raise ValueError(f"label_arm_rule {rule!r} is not one of: {', '.join(LABEL_ARM_RULES)}")
-    col = (steps or step_measure()).after_branch
+    col = steps.after_branch
     by_arm = defaultdict(list)
     for f in forks:
         by_arm[f["arm"]].append(f)

@@ -66,7 +66,7 @@ def round_summary(run) -> dict:
 
 
 def format_summary(summary: dict) -> str:
-    from selskill.registry import DEFAULT_BENCHMARK, wording_of
+    from selskill.registry import wording_of
     from selskill.stages.evaluate import format_headroom, format_overall
 
     lines = [f"round {summary['round']} of {summary['exp']!r}: {summary['dir']}"]
@@ -84,7 +84,7 @@ def format_summary(summary: dict) -> str:
         for split, h in (summary[key].get("headroom") or {}).items():
             lines.append(f"  {key.replace('metrics_', '')} {format_headroom(split, h)}")
     prev = "init" if summary["round"] == 1 else f"R{summary['round'] - 1}"
-    things = wording_of(summary.get("benchmark") or DEFAULT_BENCHMARK).tasks
+    things = wording_of(summary["benchmark"]).tasks
     for split, d in (summary.get("paired_sr") or {}).items():
         if d.get("diff") is not None:
             lo, hi = d["ci"]

@@ -22,7 +22,7 @@ from selskill.agent.turn_format import TurnFormat
 from selskill.config.rollout import RolloutConfig
 from selskill.config.run import RunConfig
 from selskill.data.records import Rollout
-from selskill.registry import DEFAULT_BENCHMARK, benchmark, benchmark_of_index
+from selskill.registry import benchmark, benchmark_of_index
 from selskill.skills import SkillLibrary
 from selskill.skills.distractors import library_of_size
 from selskill.skills.retrieval import RetrievalConfig, SkillRetriever
@@ -33,12 +33,12 @@ from selskill.skills.scorers import dense_unavailable
 DISTRACTOR_SEED = 0
 
 
-def turn_format(rollout: RolloutConfig, env: str = DEFAULT_BENCHMARK, settings=None) -> TurnFormat:
+def turn_format(rollout: RolloutConfig, env: str, settings=None) -> TurnFormat:
     """The turn format the rollout section asks for on benchmark `env`."""
     return benchmark(env).turn_format(rollout, settings)
 
 
-def skill_library(env: str = DEFAULT_BENCHMARK) -> SkillLibrary:
+def skill_library(env: str) -> SkillLibrary:
     """The skills shipped for `env` (the paper's mixes: 10 for ALFWorld, 18 for BFCL)."""
     return benchmark(env).skills()
 
@@ -54,7 +54,7 @@ def padded_library(own: SkillLibrary, size: int, key: str = "retrieval_library_s
 
 
 def runner_library(
-    rollout: RolloutConfig, env: str = DEFAULT_BENCHMARK, mode: str = "skills", listing_size: int = 0
+    rollout: RolloutConfig, env: str, mode: str = "skills", listing_size: int = 0
 ) -> SkillLibrary:
     """The library episodes may call from, before an eval mode changes it (listing_noise pads it)."""
     own = skill_library(env)

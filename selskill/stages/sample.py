@@ -65,7 +65,7 @@ class SampleStep(PolicyStep):
                 cfg.sample_top_p,
                 settings=run.benchmark_settings,
             )
-            stats.extra["games_patched_from_old_grammar"] = index.patched
+            stats.extra.update(index.stats())
             episodes = play_episodes(runner, specs, f"sample r{run.round} rank {run.rank}")
             out = []
             for spec, episode in zip(specs, episodes, strict=True):

@@ -2,10 +2,9 @@
 the balanced cut a stage takes of them.
 
 The recipe's `benchmark` picks the environment, and everything a stage needs of its tasks
-comes from its spec (`selskill.registry`) through here: `game_index(run, split)`
-(the env's task index: `games` records with `task_id` and `task_type`, `by_id`, `skipped`,
-`patched`) and `games_identity(run, splits)` (what those tasks are made of, recorded as a
-stage's input). Task ids are `<split>/<id>` in every env.
+comes from its spec (`selskill.registry`) through here: `game_index(run, split)` (the env's
+task index, `selskill.envs.base.TaskIndex`) and `games_identity(run, splits)` (what those
+tasks are made of, recorded as a stage's input). Task ids are `<split>/<id>` in every env.
 """
 
 from __future__ import annotations
@@ -15,21 +14,21 @@ from collections.abc import Callable, Sequence
 
 from selskill.config.run import RunConfig
 from selskill.data.stage_stats import StageStats
-from selskill.registry import benchmark, benchmark_of_index
+from selskill.registry import benchmark, benchmark_of_index, playable
 
 logger = logging.getLogger(__name__)
 
 
 def game_index(run: RunConfig, split: str):
     """The tasks of split `split` of the recipe's benchmark."""
-    return benchmark(run.benchmark).task_index(run, split)
+    return playable(run.benchmark).task_index(run, split)
 
 
 def split_index(run: RunConfig, split: str, games_root: str | None = None):
     """The tasks of `split`: the recipe's, or those of a directory of the env's tasks (`selskill eval --games`)."""
     if games_root is None:
         return game_index(run, split)
-    from_dir = benchmark(run.benchmark).index_from_dir
+    from_dir = playable(run.benchmark).index_from_dir
     if from_dir is None:
         raise ValueError(f"--games names a games directory; benchmark {run.benchmark} has its own tasks")
     return from_dir(run, games_root, split)
@@ -44,7 +43,7 @@ def games_identity(run: RunConfig, splits: Sequence[str]) -> dict:
 def ensure_games(run: RunConfig, splits: Sequence[str] | None = None) -> None:
     """The one-off data the recipe's benchmark needs (e.g. generated games) for `splits` (None: every
     split it has), once."""
-    spec = benchmark(run.benchmark)
+    spec = playable(run.benchmark)
     if spec.prepare is not None:
         spec.prepare(run, spec.splits(run.benchmark_settings) if splits is None else splits)
 

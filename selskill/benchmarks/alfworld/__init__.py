@@ -122,10 +122,10 @@ def _bench_commands():
     return BENCH_COMMANDS
 
 
-def _retrieval_episodes(bench):
-    from selskill.benchmarks.alfworld.retrieval_bench import retrieval_episodes
+def _retrieval():
+    from selskill.benchmarks.alfworld.retrieval_bench import AlfworldRetrieval
 
-    return retrieval_episodes(bench)
+    return AlfworldRetrieval
 
 
 def _build_init(recipe, out, **resolved):
@@ -157,7 +157,7 @@ BENCHMARK = register(
         hooks=_hooks,
         build_init=_build_init,
         init_demos=_init_demos,
-        retrieval_episodes=_retrieval_episodes,
+        retrieval=_retrieval,
         prepare=_prepare,
         index_from_dir=_index_from_dir,
         check_recipe=_check_recipe,
@@ -165,5 +165,7 @@ BENCHMARK = register(
         bench_commands=_bench_commands,
         wording=Wording(tasks="games"),
         data_license="mit",  # ALFWorld's and TextWorld's games
+        requires=("alfworld", "textworld"),
+        extra="alfworld",
     )
 )

@@ -65,6 +65,9 @@ class GameIndex:
         """Indexed games in alfworld's old grammar, which `AlfworldEnv` patches when it loads them."""
         return sum(1 for g in self.games if g.old_grammar)
 
+    def stats(self) -> dict[str, int]:
+        return {"games_patched_from_old_grammar": self.patched}
+
     def summary(self) -> str:
         skipped = ", ".join(f"{k}={v}" for k, v in sorted(self.skipped.items())) or "none"
         patched = f", {self.patched} patched from alfworld's old grammar" if self.patched else ""

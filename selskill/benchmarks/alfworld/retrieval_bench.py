@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+from dataclasses import dataclass
 
 from selskill.bench_retrieval import Episode, Event, RetrievalBench
 from selskill.benchmarks.alfworld.episode import NAVIGATION
@@ -108,19 +109,42 @@ def alfworld_episodes(
     return episodes, games_dir, dropped
 
 
-def retrieval_episodes(bench: RetrievalBench) -> tuple[SkillLibrary, list[Episode], dict]:
-    """(ALFWorld's own skills, the expert's labelled episodes, what the result records of them)."""
-    from selskill.benchmarks.alfworld import load_alfworld_skills
+@dataclass(frozen=True)
+class AlfworldRetrieval:
+    """ALFWorld's options of `selskill bench retrieval` (`selskill.bench_retrieval.RetrievalOptions`)."""
 
-    own = load_alfworld_skills()
-    episodes, root, dropped = alfworld_episodes(
-        bench.alfworld_games, bench.alfworld_split, bench.alfworld_per_type, bench.seed
-    )
-    if bench.alfworld_games is None:  # generated for this run only
-        shutil.rmtree(root, ignore_errors=True)
-        root = f"generated: {bench.alfworld_per_type} tiny games per task type, seed {bench.seed} (removed)"
-    return (
-        own,
-        episodes,
-        {"games": root, "split": bench.alfworld_split, "episodes": len(episodes), "dropped": dropped},
-    )
+    alfworld_games: str | None = None  # None: tiny games generated for this run, removed after
+    alfworld_split: str = "valid_seen"
+    alfworld_per_type: int = 10  # games per task type when generating
+
+    @classmethod
+    def add_arguments(cls, parser) -> None:
+        parser.add_argument(
+            "--alfworld-games", help="games root (default: tiny games generated in a temp folder)"
+        )
+        parser.add_argument("--alfworld-split", default=cls.alfworld_split)
+        parser.add_argument(
+            "--alfworld-per-type",
+            type=int,
+            default=cls.alfworld_per_type,
+            help="games per task type when generating",
+        )
+
+    def episodes(self, bench: RetrievalBench) -> tuple[SkillLibrary, list[Episode], dict]:
+        """(ALFWorld's own skills, the expert's labelled episodes, what the result records of them)."""
+        from selskill.benchmarks.alfworld import load_alfworld_skills
+
+        own = load_alfworld_skills()
+        episodes, root, dropped = alfworld_episodes(
+            self.alfworld_games, self.alfworld_split, self.alfworld_per_type, bench.seed
+        )
+        if self.alfworld_games is None:  # generated for this run only
+            shutil.rmtree(root, ignore_errors=True)
+            root = (
+                f"generated: {self.alfworld_per_type} tiny games per task type, seed {bench.seed} (removed)"
+            )
+        return (
+            own,
+            episodes,
+            {"games": root, "split": self.alfworld_split, "episodes": len(episodes), "dropped": dropped},
+        )

@@ -78,10 +78,10 @@ def _check_recipe(sections: dict) -> None:
         )
 
 
-def _retrieval_episodes(bench):
-    from selskill.benchmarks.bfcl.retrieval_bench import retrieval_episodes
+def _retrieval():
+    from selskill.benchmarks.bfcl.retrieval_bench import BfclRetrieval
 
-    return retrieval_episodes(bench)
+    return BfclRetrieval
 
 
 def _bench_commands():
@@ -121,7 +121,7 @@ BENCHMARK = register(
         hooks=_hooks,
         build_init=_build_init,
         init_demos=_init_demos,
-        retrieval_episodes=_retrieval_episodes,
+        retrieval=_retrieval,
         check_recipe=_check_recipe,
         bench_commands=_bench_commands,
         states_thinking=True,
@@ -134,5 +134,8 @@ BENCHMARK = register(
             'checker, Exec. Prec. whether a skill call ran (docs/design.md, "Exec. Prec. on BFCL").',
         ),
         data_license="apache-2.0",  # bfcl-eval's data (the Gorilla project)
+        # bfcl-eval itself is installed apart, without its dependencies (env.py's `_bfcl` says so when it is missing)
+        requires=("mpmath",),
+        extra="bfcl",
     )
 )

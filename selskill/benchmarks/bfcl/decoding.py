@@ -17,7 +17,7 @@ its names are read from bfcl-eval's installed source instead, following its impo
 - the rest (functions, modules, classes, paths, enums, dunder names) are refused, where BFCL
   would have evaluated them.
 
-`decode(text)` is `selskill.envs.calls.decode_step` with that scope: every BFCL decode in
+`decode(text)` is `selskill.benchmarks.bfcl.calls.decode_step` with that scope: every BFCL decode in
 selskill goes through it.
 """
 
@@ -28,7 +28,7 @@ import importlib
 from functools import cache
 from importlib import resources
 
-from selskill.envs.calls import Decoded, decode_step
+from selskill.benchmarks.bfcl.calls import Decoded, decode_step
 
 DECODER_MODULE = "bfcl_eval.model_handler.utils"
 EVAL_FUNCTION = "resolve_ast_by_type"  # the function whose `eval` runs the arithmetic
@@ -135,5 +135,5 @@ def decoder_scope() -> dict[str, object]:
 
 
 def decode(text: str) -> Decoded:
-    """One model step's calls, as BFCL's decoder gives them (selskill/envs/calls.py), its module's names in scope."""
+    """One model step's calls, as BFCL's decoder gives them (calls.py), its module's names in scope."""
     return decode_step(text, decoder_scope())

@@ -47,9 +47,9 @@ from selskill.benchmarks.bfcl.episode import (
     render_end_turn,
 )
 from selskill.benchmarks.bfcl.init_config import BfclDemoMix
-from selskill.envs.calls import Call, parse_one_call
 from selskill.sft.demos import Demo, DemoPrompts, DemoReport, DemoSetup
 from selskill.skills import CallStep, Skill, SkillLibrary
+from selskill.skills.call_templates import Call, parse_one_call
 from selskill.skills.executor import template_fields, value_has_type
 
 DEMO_FORMAT = BfclTurnFormat(doc_style="brief")

@@ -8,7 +8,7 @@ and its checker (`multi_turn_checker`). Nothing imports `bfcl_eval.utils` or
 Design choices, and why:
 
 - **A step is one model response**, decoded exactly as BFCL's prompting pipeline decodes it
-  (selskill/envs/calls.py: keyword arguments only, BFCL's value rules, arithmetic evaluated
+  (selskill/benchmarks/bfcl/calls.py: keyword arguments only, BFCL's value rules, arithmetic evaluated
   without `eval` over the names BFCL's decoder module defines, selskill/benchmarks/bfcl/decoding.py). A step that decodes to no call (`""`, `[]`, text BFCL cannot decode) ends
   the user turn and shows the next one, with the reason when there was text; it costs no
   env step (the paper's reference counted that canned message as a step). BFCL's limit of
@@ -697,11 +697,13 @@ class BfclTaskIndex:
     withheld_callable: bool = True
     games: list[TaskRecord] = field(default_factory=list)
     skipped: Counter = field(default_factory=Counter)  # nothing is skipped: every task plays
-    patched: int = 0
     benchmark = "bfcl"  # its registry name (selskill.registry.benchmark_of_index)
 
     def by_id(self) -> dict[str, TaskRecord]:
         return {g.task_id: g for g in self.games}
+
+    def stats(self) -> dict[str, int]:
+        return {}
 
     def summary(self) -> str:
         return f"{len(self.games)} BFCL tasks ({', '.join(self.categories)}) in split {self.split}"

@@ -36,7 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 
-from selskill.envs.calls import MAX_NESTING
+from selskill.benchmarks.bfcl.calls import MAX_NESTING
 
 ERROR_PREFIX = "Error during execution: "  # BFCL's text for a call that raised
 MODEL_NAME = "selskill"  # the model name in the instance names of the env's own backends

@@ -10,8 +10,10 @@ never labels.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from selskill.bench_retrieval import Episode, Event, RetrievalBench
+from selskill.benchmarks.bfcl.config import SPLITS
 from selskill.skills.model import SkillLibrary
 from selskill.skills.step_records import EpisodePrefix, call_steps
 
@@ -94,10 +96,22 @@ def bfcl_episodes(
     return episodes
 
 
-def retrieval_episodes(bench: RetrievalBench) -> tuple[SkillLibrary, list[Episode], dict]:
-    """(BFCL's own skills, the episodes of `bench.bfcl_split`, what the result records of them)."""
-    from selskill.benchmarks.bfcl import load_bfcl_skills
+@dataclass(frozen=True)
+class BfclRetrieval:
+    """BFCL's options of `selskill bench retrieval` (`selskill.bench_retrieval.RetrievalOptions`)."""
 
-    own = load_bfcl_skills()
-    episodes = bfcl_episodes(own, split=bench.bfcl_split, limit=bench.bfcl_limit)
-    return own, episodes, {"split": bench.bfcl_split, "episodes": len(episodes)}
+    bfcl_split: str = "test"
+    bfcl_limit: int | None = None  # only the first N tasks of the split
+
+    @classmethod
+    def add_arguments(cls, parser) -> None:
+        parser.add_argument("--bfcl-split", default=cls.bfcl_split, choices=list(SPLITS))
+        parser.add_argument("--bfcl-limit", type=int, help="only the first N tasks of the split")
+
+    def episodes(self, bench: RetrievalBench) -> tuple[SkillLibrary, list[Episode], dict]:
+        """(BFCL's own skills, the episodes of the split, what the result records of them)."""
+        from selskill.benchmarks.bfcl import load_bfcl_skills
+
+        own = load_bfcl_skills()
+        episodes = bfcl_episodes(own, split=self.bfcl_split, limit=self.bfcl_limit)
+        return own, episodes, {"split": self.bfcl_split, "episodes": len(episodes)}

@@ -39,8 +39,9 @@ Model text is bounded before any parsing: characters, nesting depth and calls pe
 step over a bound is refused with a reason, in time and memory proportional to the bound,
 not to the text.
 
-`parse_one_call` is stricter and is for call templates (skills) and ground truth rewritten
-by us: one call, a plain name, keyword arguments that are Python literals.
+Call templates (skills' call steps, ground truth rewritten by us) are parsed more strictly,
+by `selskill.skills.call_templates.parse_one_call`: one call, a plain name, keyword arguments
+that are Python literals.
 """
 
 from __future__ import annotations
@@ -50,9 +51,10 @@ import builtins
 import copy
 import operator
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-MAX_STEP_CHARS = 32_768  # several times the longest ground-truth step (docs/benchmarks.md, "BFCL")
+from selskill.skills.call_templates import MAX_CALL_CHARS as MAX_STEP_CHARS  # a step is bounded as a call is
+
 MAX_CALLS_PER_STEP = 256  # several times the most calls a ground-truth turn sends
 MAX_NESTING = 32  # depth of the parsed expression, several times what ground truth reaches
 MAX_INT_DIGITS = 4_300  # Python's default int <-> str limit (sys.get_int_max_str_digits)
@@ -311,46 +313,3 @@ def _check_operation(op: type, left: object, right: object) -> None:
     }.get(op)
     if least is not None and least() > _WORK_BITS:
         raise Refused(f"an int in an argument would have more than {MAX_INT_WORK_DIGITS} digits")
-
-
-# --- call templates ------------------------------------------------------------------------------
-
-
-@dataclass
-class Call:
-    """One call with literal keyword arguments, in the order they were written."""
-
-    name: str
-    kwargs: dict = field(default_factory=dict)
-
-    def render(self) -> str:
-        """`name(key=value, ...)` with every value written by `repr` (a Python literal)."""
-        return f"{self.name}({', '.join(f'{k}={v!r}' for k, v in self.kwargs.items())})"
-
-
-def parse_one_call(text: str) -> Call:
-    """Exactly one call with a plain name and literal keyword arguments; raises ValueError otherwise.
-
-    Positional arguments are refused: BFCL's decoder drops them, so a template or a
-    demonstration that wrote one would teach a call BFCL cannot read."""
-    if len(text) > MAX_STEP_CHARS:
-        raise ValueError(f"a call of {len(text):,} characters is over the bound of {MAX_STEP_CHARS:,}")
-    try:
-        node = ast.parse(text.strip(), mode="eval").body
-    except (SyntaxError, ValueError, MemoryError, RecursionError):
-        raise ValueError(f"{text!r} is not one function call") from None
-    if not isinstance(node, ast.Call):
-        raise ValueError(f"{text!r} is not one function call")
-    if not isinstance(node.func, ast.Name):
-        raise ValueError(f"{text!r}: the function name {ast.unparse(node.func)!r} is not a plain name")
-    if node.args:
-        raise ValueError(f"{text!r}: write every argument as name=value (BFCL drops positional arguments)")
-    kwargs = {}
-    for kw in node.keywords:
-        if kw.arg is None:
-            raise ValueError(f"{text!r}: **arguments are not allowed")
-        try:
-            kwargs[kw.arg] = ast.literal_eval(kw.value)
-        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-            raise ValueError(f"{text!r}: argument {ast.unparse(kw.value)!r} is not a literal value") from None
-    return Call(node.func.id, kwargs)
