@@ -62,3 +62,22 @@ def test_ragged_prefill_records_match_teacher_forcing(tiny_model_dir):
             assert max(abs(x - y) for x, y in zip(lp, g[0].logprobs, strict=True)) < 1e-4
             assert max(abs(x - y) for x, y in zip(ent, g[0].entropies, strict=True)) < 1e-4
             seqs[i] = seqs[i] + g[0].token_ids + [rng.randrange(3, vocab) for _ in range(3 + 11 * i)]
+
+
+def test_the_kv_store_keeps_to_its_byte_bound_and_generates_the_same(tiny_model_dir):
+    """Evicted prefixes are recomputed: a store bounded to about one sequence samples what an unbounded one does."""
+    unbounded = HFPolicy(str(tiny_model_dir), HFSettings(batch_size=8))
+    rng = random.Random(3)
+    vocab = unbounded.tokenizer.vocab_size
+    prompts = [[rng.randrange(3, vocab) for _ in range(n)] for n in (12, 70, 33)]
+    params = SamplingParams(1.0, max_new_tokens=6)
+    a = _turns(unbounded, prompts, params)
+    one_sequence = max(s.nbytes for s in unbounded._cache.values())
+    assert sum(s.nbytes for s in unbounded._cache.values()) > one_sequence
+    bounded = HFPolicy(str(tiny_model_dir), HFSettings(batch_size=8, max_cached_bytes=one_sequence))
+    b = _turns(bounded, prompts, params)
+    assert len(bounded._cache) == 1
+    assert bounded._cached_bytes == sum(s.nbytes for s in bounded._cache.values()) <= one_sequence
+    for ga, gb in zip((g for turn in a for g in turn), (g for turn in b for g in turn), strict=True):
+        assert ga.token_ids == gb.token_ids
+        assert max(abs(x - y) for x, y in zip(ga.logprobs, gb.logprobs, strict=True)) < 1e-4

@@ -144,11 +144,20 @@ class PolicyConfig:
     trust_remote_code: bool = field(
         default=False, metadata={"help": "allow model repos to run their own code"}
     )
+    policy_kv_cache_gib: float = field(
+        default=4.0,
+        metadata={
+            "help": "hf backend: GiB of key/value cache kept between an episode's turns for prefix reuse (least "
+            "recent go first, then recomputed); a token costs layers x 2 x kv_heads x head_dim x dtype bytes"
+        },
+    )
 
     def __post_init__(self):
         if self.policy_backend not in ("hf", "vllm"):
             raise ValueError(f"policy_backend must be 'hf' or 'vllm'; got {self.policy_backend!r}")
         check_choice(self, "policy_dtype", ("float32", "bfloat16", "float16"))
+        if not self.policy_kv_cache_gib > 0:
+            raise ValueError(f"policy_kv_cache_gib must be > 0; got {self.policy_kv_cache_gib}")
         if self.init_sft and not self.model_name_or_path:
             raise ValueError(
                 "init_sft: true fine-tunes model_name_or_path, which is empty: name the model to fine-tune, or drop "

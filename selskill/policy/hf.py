@@ -37,6 +37,10 @@ class _Stored:
     tokens: list[int]  # the tokens whose KV is stored (always one fewer than the sequence fed so far)
     kv: list[tuple[torch.Tensor, torch.Tensor]]  # per layer [heads, len, head_dim]
 
+    @property
+    def nbytes(self) -> int:
+        return sum(k.nbytes + v.nbytes for k, v in self.kv)
+
 
 @functools.lru_cache(maxsize=1)
 def _prealloc_layer_class():
@@ -260,6 +264,8 @@ class HFPolicy:
         ragged = settings.ragged_prefill  # None: on for CPU only (see HFSettings)
         self.ragged_prefill = self.device.type == "cpu" if ragged is None else ragged
         self.max_cached_sequences = settings.max_cached_sequences
+        self.max_cached_bytes = settings.max_cached_bytes
+        self._cached_bytes = 0
         self._cache: OrderedDict[str, _Stored] = OrderedDict()
         self._stats = ThroughputStats()
         pad = self._tokenizer.pad_token_id
@@ -274,6 +280,7 @@ class HFPolicy:
 
     def clear_cache(self) -> None:
         self._cache.clear()
+        self._cached_bytes = 0
 
     # -- prefix store ------------------------------------------------------------------
 
@@ -294,10 +301,17 @@ class HFPolicy:
         return best_len, best
 
     def _store(self, key: str, tokens: list[int], kv: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
-        self._cache[key] = _Stored(tokens, kv)
-        self._cache.move_to_end(key)
-        while len(self._cache) > self.max_cached_sequences:
-            self._cache.popitem(last=False)
+        """Keep `kv` under `key`; the least recent entries go once either bound is passed (never the
+        newest: the next turn of its episode needs it)."""
+        if key in self._cache:
+            self._cached_bytes -= self._cache.pop(key).nbytes
+        stored = _Stored(tokens, kv)
+        self._cache[key] = stored
+        self._cached_bytes += stored.nbytes
+        while len(self._cache) > 1 and (
+            len(self._cache) > self.max_cached_sequences or self._cached_bytes > self.max_cached_bytes
+        ):
+            self._cached_bytes -= self._cache.popitem(last=False)[1].nbytes
 
     @torch.inference_mode()
     def prefill(self, prompt_ids: Sequence[int], cache_key: str) -> None:

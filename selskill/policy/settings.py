@@ -25,6 +25,9 @@ class HFSettings:
     trust_remote_code: bool = False
     batch_size: int = 32  # rows per forward pass (a request with n samples takes n rows)
     max_cached_sequences: int = 256  # stored KV sequences kept for prefix reuse (least recent go first)
+    # ...and their bytes: a sequence's KV grows with the model's depth and width, so a count alone lets a
+    # deep model's store outgrow the machine (the recipe's `policy_kv_cache_gib`)
+    max_cached_bytes: int = 4 * 2**30
     entropy_chunk_rows: int = 8  # rows per full-vocabulary log-softmax, to bound memory
     exact_entropy: bool = True  # False only to measure what the entropy costs (bench)
     # per-row prefill pays on a CPU, where prefill is compute-bound and padding is pure waste;
@@ -64,4 +67,5 @@ def backend_settings(
         dtype=policy.policy_dtype,
         trust_remote_code=policy.trust_remote_code,
         batch_size=rollout.policy_batch_size,
+        max_cached_bytes=int(policy.policy_kv_cache_gib * 2**30),
     )
