@@ -109,7 +109,7 @@ class ForkStart:
     entropy: list[float]
     role: list[int]
     turn: list[int]
-    turns: list[dict]  # turn records before the branch turn
+    turns: list[Turn]  # turn records before the branch turn
     messages: list[dict]  # messages before the branch turn's assistant message
     env_commands: list[str]  # replayed to restore the environment
     env_steps_before: int
@@ -147,7 +147,7 @@ class _Episode:
     entropy: list[float]
     role: list[int]
     turn: list[int]
-    turns: list[dict]
+    turns: list[Turn]
     messages: list[dict]
     env_steps: int = 0
     forced_ids: list[int] = field(default_factory=list)
@@ -213,15 +213,15 @@ class EpisodeHost:
     def load(self, specs: Sequence[EpisodeSpec]) -> None:
         self._pending.extend(specs)
 
-    def advance(self, group: int, capacity: int, generations=None) -> tuple[list[tuple], dict[str, dict]]:
+    def advance(self, group: int, capacity: int, generations=None) -> tuple[list[tuple], dict[str, Episode]]:
         """Apply `generations` (one per live episode of `group`, in order), retire, refill.
 
         Returns the group's next requests as (prompt_ids, seed, cache_key, cache_from, choice) and
-        the rows of the episodes that ended, by episode id. `choice` is None, or with
+        the episodes that ended, by episode id. `choice` is None, or with
         admissible-action decoding the turn's (admissible commands, text already forced).
         """
         episodes = self._groups.setdefault(group, [])
-        done: dict[str, dict] = {}
+        done: dict[str, Episode] = {}
         if generations is not None:
             still = []
             for ep, gen in zip(episodes, generations, strict=True):
@@ -284,7 +284,7 @@ class EpisodeHost:
                     ep.listed = tuple(f.listed) if f.listed is not None else self._listed(ep.prefix)
                 ep.ids, ep.logprob, ep.entropy = list(f.token_ids), list(f.logprob), list(f.entropy)
                 ep.role, ep.turn = list(f.role), list(f.turn)
-                ep.turns = [dict(t) for t in f.turns]
+                ep.turns = [dataclasses.replace(t) for t in f.turns]
                 ep.messages = [dict(m) for m in f.messages]
                 ep.env_steps = f.env_steps_before
                 ep.forced_ids = self.chat.encode_forced(f.forced_text, f.forced_canonical)
@@ -331,36 +331,32 @@ class EpisodeHost:
             commands=[],
             forced=bool(forced),
             listed=list(ep.listed),
-        ).to_row()
+        )
         is_call = TOOL_CALL_OPEN in text
         ep.messages.append(self.fmt.assistant_message(text))
         call = None
         try:
             if parsed.kind == "action":
                 state, commands, reply = self.hooks.act(self.fmt, ep.env, parsed.action)
-                record.update(env_steps=state.env_steps, commands=commands)
+                record.env_steps, record.commands = state.env_steps, commands
                 role = ROLE_OBSERVATION
             elif parsed.kind == "skill":
                 call = self.executor.execute(ep.env, parsed.skill, parsed.arguments)
-                record.update(
-                    env_steps=call.env_steps,
-                    commands=list(call.actions),
-                    exec_precise=call.precise,
-                    exec_error=call.error,
-                )
+                record.env_steps, record.commands = call.env_steps, list(call.actions)
+                record.exec_precise, record.exec_error = call.precise, call.error
                 reply, role = after_skill(self.fmt, call.observation, ep.env.state), ROLE_SKILL_RETURN
             else:
                 state, commands, reply = self.hooks.malformed(self.fmt, ep.env)
-                record.update(env_steps=state.env_steps, commands=commands)
+                record.env_steps, record.commands = state.env_steps, commands
                 if is_call:
-                    record.update(exec_precise=False, exec_error=parsed.reason)
+                    record.exec_precise, record.exec_error = False, parsed.reason
                 role = ROLE_OBSERVATION
         except EnvError as exc:
             ep.turns.append(record)
             ep.termination, ep.error = "error", str(exc)
             return
         ep.turns.append(record)
-        ep.env_steps += record["env_steps"]
+        ep.env_steps += record.env_steps
         ep.termination = self._termination(ep)
         if self.retriever is not None:
             ep.prefix = self.hooks.extend_prefix(self.library, ep.prefix, record, ep.env.state, call)
@@ -375,9 +371,9 @@ class EpisodeHost:
             return
         ep.extend(segment, role, index)
 
-    def _finish(self, ep: _Episode) -> dict:
+    def _finish(self, ep: _Episode) -> Episode:
         self._free.append(ep.env)
-        return episode_row(ep)
+        return played_episode(ep)
 
     # -- the listing of each decision --------------------------------------------------------
 
@@ -392,18 +388,16 @@ class EpisodeHost:
         finally:
             self._free.append(env)
 
-    def _replay(self, env: Env, task_id: str, turns: Sequence[dict]) -> EpisodePrefix:
+    def _replay(self, env: Env, task_id: str, turns: Sequence[Turn]) -> EpisodePrefix:
         """Restore the environment turn by turn (not `env.replay`): each turn's observations
         rebuild the prefix retrieval sees, as `_apply` built it while the source was played."""
         state = env.reset(task_id)
         prefix = self.hooks.first_prefix(env, state)
         for t in turns:
             call = None
-            recorded = list(t["commands"] or [])
-            if t["kind"] == "skill":
-                call = self.executor.execute(
-                    env, t["skill"], json.loads(t["arguments"]) if t["arguments"] else {}
-                )
+            recorded = list(t.commands or [])
+            if t.kind == "skill":
+                call = self.executor.execute(env, t.skill, json.loads(t.arguments) if t.arguments else {})
                 ran = list(call.actions)
             else:
                 for command in recorded:
@@ -411,7 +405,7 @@ class EpisodeHost:
                 ran = recorded
             if ran != recorded:
                 raise EnvError(
-                    f"replaying the prefix of {task_id}: the call of {t['skill']} ran {ran}, the recorded turn {recorded}"
+                    f"replaying the prefix of {task_id}: the call of {t.skill} ran {ran}, the recorded turn {recorded}"
                 )
             prefix = self.hooks.extend_prefix(self.library, prefix, t, env.state, call)
         return prefix
@@ -588,8 +582,10 @@ class EpisodeRunner:
         except Exception:
             pass
 
-    def run(self, specs: Sequence[EpisodeSpec], progress: Callable[[int], None] | None = None) -> list[dict]:
-        """Run every spec to its end; returns one row dict per spec, in spec order."""
+    def run(
+        self, specs: Sequence[EpisodeSpec], progress: Callable[[int], None] | None = None
+    ) -> list[Episode]:
+        """Run every spec to its end; returns its `Episode`, in spec order."""
         params = SamplingParams(
             self.config.temperature, self.config.top_p, self.config.max_new_tokens, (self.end_of_turn_id,)
         )
@@ -599,7 +595,7 @@ class EpisodeRunner:
         groups = 2 if self.overlap else 1
         total = self.config.concurrent_episodes
         capacity = [total // groups + (1 if g < total % groups else 0) for g in range(groups)]
-        finished: dict[str, dict] = {}
+        finished: dict[str, Episode] = {}
         requests: dict[int, list | None] = {}
 
         def collect(g: int) -> None:
@@ -683,9 +679,9 @@ class EpisodeRunner:
                 prefill(f.token_ids, cache_key=f.cache_from)
 
 
-def episode_row(ep: _Episode) -> dict:
-    """Per-token lists + outcome: the `Episode` record, the fields shared by the rollout and fork rows."""
-    calls = [t for t in ep.turns if TOOL_CALL_OPEN in (t["text"] or "")]
+def played_episode(ep: _Episode) -> Episode:
+    """The `Episode` record of a finished episode: per-token lists, outcome, turns and messages."""
+    calls = [t for t in ep.turns if TOOL_CALL_OPEN in (t.text or "")]
     return Episode(
         token_ids=ep.ids,
         logprob=ep.logprob,
@@ -698,11 +694,11 @@ def episode_row(ep: _Episode) -> dict:
         env_steps=ep.env_steps,
         n_turns=len(ep.turns),
         n_skill_calls=len(calls),
-        n_precise_calls=sum(1 for t in calls if t["exec_precise"]),
-        n_malformed=sum(1 for t in ep.turns if t["kind"] == "malformed"),
+        n_precise_calls=sum(1 for t in calls if t.exec_precise),
+        n_malformed=sum(1 for t in ep.turns if t.kind == "malformed"),
         termination=ep.termination,
         error=ep.error,
-        turns=[Turn.from_row(t) for t in ep.turns],
+        turns=ep.turns,
         messages=json.dumps(ep.messages, ensure_ascii=False),
         pseudo_skills=list(ep.spec.pseudo_skills),
-    ).to_row()
+    )

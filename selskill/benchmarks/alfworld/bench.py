@@ -59,7 +59,7 @@ def bench_episodes(
     policy.clear_cache()
     before, policy_before = policy.stats().generated_tokens, policy.stats().seconds
     t0 = time.perf_counter()
-    rows = runner.run(specs)
+    episodes = runner.run(specs)
     dt = time.perf_counter() - t0
     runner.close()
     gen = policy.stats().generated_tokens - before
@@ -74,7 +74,7 @@ def bench_episodes(
         "policy_seconds": round(policy.stats().seconds - policy_before, 2),
         "episode_process": runner.overlap,
         "ragged_prefill": policy.ragged_prefill,
-        "turns": sum(r["n_turns"] for r in rows),
+        "turns": sum(e.n_turns for e in episodes),
     }
 
 
