@@ -7,7 +7,8 @@ import pytest
 
 from selskill.agent.action_choice import ActionChoice, ActionVocabulary
 from selskill.agent.chat_tokens import ChatTokens
-from selskill.agent.runner import EpisodeRunner, EpisodeSpec, ForkStart, RunnerConfig
+from selskill.agent.episode_host import EpisodeSpec, ForkStart
+from selskill.agent.runner import EpisodeRunner, RunnerConfig
 from selskill.agent.turn_format import ACTION_CLOSE, ACTION_OPEN, TOOL_CALL_OPEN, forced_prefix
 from selskill.benchmarks.alfworld import load_alfworld_skills
 from selskill.benchmarks.alfworld.env import AlfworldEnv, find_games

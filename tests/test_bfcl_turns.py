@@ -32,8 +32,9 @@ def bfcl_runner(*args, **kwargs):
     return EpisodeRunner(*args, hooks=BfclHooks(), **kwargs)
 
 
+from selskill.agent.episode_host import EpisodeSpec  # noqa: E402
 from selskill.agent.parser import parse_turn  # noqa: E402
-from selskill.agent.runner import EpisodeSpec, RunnerConfig  # noqa: E402
+from selskill.agent.runner import RunnerConfig  # noqa: E402
 from selskill.agent.turn_format import render_skill_call  # noqa: E402
 from selskill.benchmarks.bfcl import load_bfcl_skills  # noqa: E402
 from selskill.benchmarks.bfcl.env import (  # noqa: E402

@@ -9,8 +9,8 @@ import pytest
 from test_init_sft import MICRO_DEMOS, MICRO_TRAINING
 from test_runner import FMT, ScriptedPolicy, _runner
 
+from selskill.agent.episode_host import EpisodeSpec
 from selskill.agent.parser import parse_turn
-from selskill.agent.runner import EpisodeSpec
 from selskill.agent.turn_format import render_action, render_skill_call
 from selskill.benchmarks.alfworld import load_alfworld_skills
 from selskill.benchmarks.alfworld.dagger import DAGGER_DEMOS, DaggerSettings, disagreements, relabel_rollout

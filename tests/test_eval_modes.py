@@ -9,6 +9,7 @@ from fixtures_run import write_fixture_run
 from test_runner import ScriptedPolicy
 
 from selskill import report as rp
+from selskill.agent.episode_host import EpisodeSpec
 from selskill.agent.eval_modes import (
     CONSERVATIVE_INSTRUCTION,
     CSI_PLACEMENT,
@@ -17,7 +18,7 @@ from selskill.agent.eval_modes import (
     capability_check_stats,
     prompt_setup,
 )
-from selskill.agent.runner import EpisodeRunner, EpisodeSpec, RunnerConfig
+from selskill.agent.runner import EpisodeRunner, RunnerConfig
 from selskill.agent.turn_format import (
     THINK_CLOSE,
     THINK_OPEN,

@@ -213,7 +213,8 @@ def test_the_converted_folder_is_the_gguf_model(runs, gguf_tokenizer):
 
 @pytest.fixture(scope="module")
 def episodes(policy, small_games):
-    from selskill.agent.runner import EpisodeRunner, EpisodeSpec, RunnerConfig
+    from selskill.agent.episode_host import EpisodeSpec
+    from selskill.agent.runner import EpisodeRunner, RunnerConfig
     from selskill.benchmarks.alfworld.env import AlfworldEnv, find_games
 
     index = find_games(small_games)
@@ -260,7 +261,8 @@ def test_sampled_episodes_record_the_models_own_logprobs_and_entropies(policy, e
 
 @pytest.mark.slow
 def test_a_fork_reproduces_its_prefix_and_continues_from_the_forced_invoke(policy, episodes):
-    from selskill.agent.runner import EpisodeRunner, EpisodeSpec
+    from selskill.agent.episode_host import EpisodeSpec
+    from selskill.agent.runner import EpisodeRunner
     from selskill.benchmarks.alfworld.env import AlfworldEnv
     from selskill.data.records import BranchPoint
     from selskill.stages.fork import fork_start

@@ -19,8 +19,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from selskill.agent.episode_host import EpisodeHost
 from selskill.agent.listings import STEP_SKILLS_HEADING
-from selskill.agent.runner import EpisodeHost
 from selskill.agent.turn_format import forced_prefix, render_action, render_skill_call
 from selskill.benchmarks.alfworld.env import find_games
 from selskill.data.records import Turn

@@ -8,10 +8,11 @@ import re
 
 import pytest
 
+from selskill.agent.episode_host import EpisodeHost, EpisodeSpec
 from selskill.agent.eval_modes import prompt_setup
 from selskill.agent.listings import PROGRESS_LISTING, STEP_SKILLS_HEADING, listing_text
 from selskill.agent.parser import parse_turn
-from selskill.agent.runner import EpisodeHost, EpisodeRunner, EpisodeSpec, RunnerConfig
+from selskill.agent.runner import EpisodeRunner, RunnerConfig
 from selskill.agent.transcript import INVALID_TURN_FEEDBACK, MALFORMED_COMMAND
 from selskill.agent.turn_format import forced_prefix, render_action, render_skill_call
 from selskill.benchmarks.alfworld import load_alfworld_skills

@@ -2,7 +2,8 @@
 
 import pytest
 
-from selskill.agent.runner import EpisodeRunner, EpisodeSpec, ForkStart, RunnerConfig
+from selskill.agent.episode_host import EpisodeSpec, ForkStart
+from selskill.agent.runner import EpisodeRunner, RunnerConfig
 from selskill.agent.transcript import MALFORMED_COMMAND
 from selskill.agent.turn_format import forced_prefix, render_action, render_skill_call
 from selskill.benchmarks.alfworld import load_alfworld_skills

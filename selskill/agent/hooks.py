@@ -1,6 +1,6 @@
 """What differs between benchmarks inside an episode, as one public protocol.
 
-The episode host (`selskill.agent.runner.EpisodeHost`) does everything an episode shares
+The episode host (`selskill.agent.episode_host.EpisodeHost`) does everything an episode shares
 across benchmarks: tokens, parsing, skill calls, budgets, records. At the few points where a
 benchmark's environment speaks its own language it asks the `EpisodeHooks` a benchmark
 plugin hands it (`selskill.registry.Benchmark.hooks`). The defaults here serve an

@@ -126,12 +126,7 @@ class _Start:
     n_prompt_tokens: int  # tokens of the initial prompt (system + first observation)
 
 
-Episode = _joined(
-    "Episode",
-    _Start,
-    Played,
-    doc="One played episode as the runner returns it: its split, prompt length and play.",
-)
+Episode = _joined("Episode", _Start, Played, doc="One played episode, as the episode runner returns it.")
 
 
 @dataclass

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from selskill.agent.runner import EpisodeSpec, ForkStart
+from selskill.agent.episode_host import EpisodeSpec, ForkStart
 from selskill.agent.turn_format import forced_prefix, render_skill_call
 from selskill.config.run import RunConfig
 from selskill.config.stages import ForkConfig

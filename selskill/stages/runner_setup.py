@@ -16,8 +16,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
+from selskill.agent.episode_host import EpisodeSpec
 from selskill.agent.eval_modes import prompt_setup
-from selskill.agent.runner import EpisodeRunner, EpisodeSpec, RunnerConfig
+from selskill.agent.runner import EpisodeRunner, RunnerConfig
 from selskill.agent.turn_format import TurnFormat
 from selskill.config.rollout import RolloutConfig
 from selskill.config.run import RunConfig

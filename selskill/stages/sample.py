@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from selskill.agent.runner import EpisodeSpec
+from selskill.agent.episode_host import EpisodeSpec
 from selskill.config.run import RunConfig
 from selskill.config.stages import SampleConfig
 from selskill.data.inputs import StageInputs

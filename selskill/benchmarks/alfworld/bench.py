@@ -34,7 +34,8 @@ def bench_episodes(
 ) -> dict:
     import functools
 
-    from selskill.agent.runner import EpisodeRunner, EpisodeSpec, RunnerConfig
+    from selskill.agent.episode_host import EpisodeSpec
+    from selskill.agent.runner import EpisodeRunner, RunnerConfig
     from selskill.benchmarks.alfworld import load_alfworld_skills
     from selskill.benchmarks.alfworld.env import AlfworldEnv, clear_engine_caches
     from selskill.benchmarks.alfworld.episode import AlfworldHooks

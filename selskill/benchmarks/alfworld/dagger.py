@@ -168,7 +168,8 @@ def policy_rollouts(
     The episodes run where the init's SFT trains (`init_device`): a GPU build would otherwise
     spend its DAgger iterations decoding on the CPU.
     """
-    from selskill.agent.runner import EpisodeRunner, EpisodeSpec, RunnerConfig
+    from selskill.agent.episode_host import EpisodeSpec
+    from selskill.agent.runner import EpisodeRunner, RunnerConfig
     from selskill.policy.hf import HFPolicy
     from selskill.policy.settings import HFSettings
 
