@@ -7,7 +7,8 @@ import pytest
 
 from selskill.agent.action_choice import ActionChoice, ActionVocabulary
 from selskill.agent.chat_tokens import ChatTokens
-from selskill.agent.runner import EpisodeRunner, EpisodeSpec, ForkStart, RunnerConfig
+from selskill.agent.episode_host import EpisodeSpec, ForkStart
+from selskill.agent.runner import EpisodeRunner, RunnerConfig
 from selskill.agent.turn_format import ACTION_CLOSE, ACTION_OPEN, TOOL_CALL_OPEN, forced_prefix
 from selskill.benchmarks.alfworld import load_alfworld_skills
 from selskill.benchmarks.alfworld.env import AlfworldEnv, find_games
@@ -96,10 +97,10 @@ def test_a_constrained_skip_arm_plays_only_admissible_actions(policy, small_game
         policy, lambda: AlfworldEnv(index), load_alfworld_skills(), FMT, config, hooks=AlfworldHooks()
     )
     source = runner.run([EpisodeSpec("src", task, seed=1)])[0]
-    offset = source["turns"][0]["start"]
+    offset = source.turns[0].start
     fork = ForkStart(
-        source["token_ids"][:offset], source["logprob"][:offset], source["entropy"][:offset],
-        source["role"][:offset], source["turn"][:offset], [], json.loads(source["messages"])[:2], [], 0,
+        source.token_ids[:offset], source.logprob[:offset], source.entropy[:offset],
+        source.role[:offset], source.turn[:offset], [], json.loads(source.messages)[:2], [], 0,
         forced_prefix("skip"),
     )  # fmt: skip
     rows = runner.run([EpisodeSpec(f"f{s}", task, seed=s, fork=fork) for s in range(4)])
@@ -107,18 +108,18 @@ def test_a_constrained_skip_arm_plays_only_admissible_actions(policy, small_game
     checked = 0
     for row in rows:
         env.reset(task)
-        first = row["turns"][0]
-        assert first["forced"] and first["kind"] == "action", first["text"]
-        for turn in row["turns"]:
-            if turn["kind"] == "action":
-                assert turn["action"] in env.state.admissible_commands, (
-                    turn["action"],
+        first = row.turns[0]
+        assert first.forced and first.kind == "action", first.text
+        for turn in row.turns:
+            if turn.kind == "action":
+                assert turn.action in env.state.admissible_commands, (
+                    turn.action,
                     env.state.admissible_commands,
                 )
                 checked += 1
-            elif TOOL_CALL_OPEN in turn["text"]:
+            elif TOOL_CALL_OPEN in turn.text:
                 pass  # a skill call is the policy's free choice
-            for command in turn["commands"]:
+            for command in turn.commands:
                 env.step(command)
     assert checked >= 4
     with pytest.raises(ValueError, match="action_choice"):
@@ -153,16 +154,16 @@ def test_decision_turns_are_each_one_action_or_listed_skill_call(policy, vocab, 
     env = AlfworldEnv(index)
     for spec, row in zip(specs, runner.run(specs), strict=True):
         env.reset(spec.task_id)
-        for turn in row["turns"]:
-            parsed = parse_turn(turn["text"], library.names)
-            assert parsed.ok, turn["text"]
+        for turn in row.turns:
+            parsed = parse_turn(turn.text, library.names)
+            assert parsed.ok, turn.text
             kinds.add(parsed.kind)
             if parsed.kind == "action":
                 assert parsed.action in env.state.admissible_commands
-            for command in turn["commands"]:
+            for command in turn.commands:
                 env.step(command)
     assert kinds == {"action", "skill"}
     free = EpisodeRunner(policy, lambda: AlfworldEnv(index), library, FMT, RunnerConfig(
         max_decisions=3, max_new_tokens=40, temperature=1.5))  # fmt: skip
-    assert not all(parse_turn(t["text"], library.names).ok for r in free.run(
-        [EpisodeSpec("u", tasks[0], seed=0)]) for t in r["turns"])  # fmt: skip
+    assert not all(parse_turn(t.text, library.names).ok for r in free.run(
+        [EpisodeSpec("u", tasks[0], seed=0)]) for t in r.turns)  # fmt: skip

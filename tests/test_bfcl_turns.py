@@ -32,8 +32,9 @@ def bfcl_runner(*args, **kwargs):
     return EpisodeRunner(*args, hooks=BfclHooks(), **kwargs)
 
 
+from selskill.agent.episode_host import EpisodeSpec  # noqa: E402
 from selskill.agent.parser import parse_turn  # noqa: E402
-from selskill.agent.runner import EpisodeSpec, RunnerConfig  # noqa: E402
+from selskill.agent.runner import RunnerConfig  # noqa: E402
 from selskill.agent.turn_format import render_skill_call  # noqa: E402
 from selskill.benchmarks.bfcl import load_bfcl_skills  # noqa: E402
 from selskill.benchmarks.bfcl.env import (  # noqa: E402
@@ -174,12 +175,12 @@ def test_call_results_come_back_as_tool_messages_new_requests_as_user(env):
 def test_ground_truth_played_through_the_host_wins_with_function_call_steps(env, tokenizer):
     task = env.task(f"train/{TASK}")
     row = _play(env, tokenizer, _gt_texts(task))
-    assert row["success"] and row["termination"] == "won" and row["error"] is None
+    assert row.success and row.termination == "won" and row.error is None
     n_calls = sum(len(t) for t in task.ground_truth)
-    assert row["env_steps"] == n_calls and row["n_turns"] == n_calls + len(task.turns)
-    ends = [t for t in row["turns"] if t["text"] == render_end_turn()]
-    assert len(ends) == len(task.turns) and all(t["commands"] == [""] and t["env_steps"] == 0 for t in ends)
-    messages = json.loads(row["messages"])
+    assert row.env_steps == n_calls and row.n_turns == n_calls + len(task.turns)
+    ends = [t for t in row.turns if t.text == render_end_turn()]
+    assert len(ends) == len(task.turns) and all(t.commands == [""] and t.env_steps == 0 for t in ends)
+    messages = json.loads(row.messages)
     assert [m["role"] for m in messages[:4]] == ["system", "user", "assistant", "tool"]
 
 
@@ -191,23 +192,23 @@ def test_skill_calls_malformed_turns_and_a_lost_task(env, tokenizer):
         "no decision at all",  # malformed: ends turn 1
     ]
     row = _play(env, tokenizer, texts)
-    memory, skill, broken, bare = row["turns"][:4]
-    assert memory["kind"] == "skill" and memory["exec_precise"] and memory["env_steps"] == 0
-    assert skill["exec_precise"] and skill["env_steps"] == 2 and len(skill["commands"]) == 2
-    assert broken["kind"] == "malformed" and broken["reason"] == "bad_call_list"
-    assert bare["kind"] == "malformed" and bare["reason"] == "missing_tags"
-    assert broken["commands"] == bare["commands"] == [""] and broken["env_steps"] == bare["env_steps"] == 0
-    messages = json.loads(row["messages"])
+    memory, skill, broken, bare = row.turns[:4]
+    assert memory.kind == "skill" and memory.exec_precise and memory.env_steps == 0
+    assert skill.exec_precise and skill.env_steps == 2 and len(skill.commands) == 2
+    assert broken.kind == "malformed" and broken.reason == "bad_call_list"
+    assert bare.kind == "malformed" and bare.reason == "missing_tags"
+    assert broken.commands == bare.commands == [""] and broken.env_steps == bare.env_steps == 0
+    messages = json.loads(row.messages)
     assert messages[7]["content"].startswith(MALFORMED_FEEDBACK)
-    assert ROLE_SKILL_RETURN in row["role"][memory["end"] : skill["start"]]
-    assert ROLE_OBSERVATION in row["role"][broken["end"] :]
-    assert not row["success"] and row["termination"] == "failed" and row["error"].startswith("multi_turn:")
-    assert row["n_malformed"] == 2 and row["env_steps"] == 2
+    assert ROLE_SKILL_RETURN in row.role[memory.end : skill.start]
+    assert ROLE_OBSERVATION in row.role[broken.end :]
+    assert not row.success and row.termination == "failed" and row.error.startswith("multi_turn:")
+    assert row.n_malformed == 2 and row.env_steps == 2
     # the BFCL host records the decision token and the message as the ALFWorld one does
-    assert [t["decision"] for t in (memory, skill, broken, bare)] == [0, 0, 0, 0]
-    for t in row["turns"]:
-        assert messages[t["message_index"]] == {"role": "assistant", "content": t["text"]}
-    assert [t["message_index"] for t in row["turns"]] == [2 + 2 * i for i in range(len(row["turns"]))]
+    assert [t.decision for t in (memory, skill, broken, bare)] == [0, 0, 0, 0]
+    for t in row.turns:
+        assert messages[t.message_index] == {"role": "assistant", "content": t.text}
+    assert [t.message_index for t in row.turns] == [2 + 2 * i for i in range(len(row.turns))]
 
 
 def test_recorded_commands_replay_every_turn_boundary(env, tokenizer):
@@ -216,18 +217,18 @@ def test_recorded_commands_replay_every_turn_boundary(env, tokenizer):
     skill = render_skill_call("place_stock_order", {"symbol": "AAPL", "amount": 1})
     row = _play(env, tokenizer, _gt_texts(task)[:3] + ["garbage", skill, "<action>ls(</action>"])
     other = BfclEnv(["base"], scenarios=[106], id_prefix="train/")
-    for k in range(len(row["turns"]) + 1):
-        prefix = row["turns"][:k]
-        state = other.replay(f"train/{TASK}", [c for t in prefix for c in t["commands"]])
-        assert other.turn == sum(1 for t in prefix if t["commands"] == [""]), k
-        assert state.env_steps == sum(t["env_steps"] for t in prefix), k
+    for k in range(len(row.turns) + 1):
+        prefix = row.turns[:k]
+        state = other.replay(f"train/{TASK}", [c for t in prefix for c in t.commands])
+        assert other.turn == sum(1 for t in prefix if t.commands == [""]), k
+        assert state.env_steps == sum(t.env_steps for t in prefix), k
 
 
 def test_episodes_play_in_a_child_process_with_the_bfcl_host(env, tokenizer):
     task = env.task(f"train/{TASK}")
     here = _play(env, tokenizer, _gt_texts(task))
     there = _play(env, tokenizer, _gt_texts(task), overlap=True)
-    assert there["success"] and there["token_ids"] == here["token_ids"] and there["turns"] == here["turns"]
+    assert there.success and there.token_ids == here.token_ids and there.turns == here.turns
 
 
 # --- recipe rules ----------------------------------------------------------------------------
@@ -366,12 +367,12 @@ def test_bfcl_demonstrations_are_the_transcripts_the_runner_writes_for_their_tur
             Scripted(tokenizer, texts), lambda: env, library, DEMO_FORMAT, config, retriever=ret
         )
         row = runner.run([EpisodeSpec("e", demo.task_id, seed=0)])[0]
-        played = json.loads(row["messages"])
+        played = json.loads(row.messages)
         # the demo ends at its last assistant turn; the row also keeps the host's closing reply
         assert played[: len(demo.messages)] == demo.messages, demo.task_id
         assert [m["role"] for m in played[len(demo.messages) :]] in ([], ["user"])
-        assert row["success"]
-        assert [t["skill"] for t in row["turns"] if t["kind"] == "skill"] == [c["skill"] for c in demo.calls]
+        assert row.success
+        assert [t.skill for t in row.turns if t.kind == "skill"] == [c["skill"] for c in demo.calls]
         calls += len(demo.calls)
     assert calls, "the mix called skills"
     steps = sum(STEP_SKILLS_HEADING in m["content"] for d in report.demos for m in d.messages)

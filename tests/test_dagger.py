@@ -9,8 +9,8 @@ import pytest
 from test_init_sft import MICRO_DEMOS, MICRO_TRAINING
 from test_runner import FMT, ScriptedPolicy, _runner
 
+from selskill.agent.episode_host import EpisodeSpec
 from selskill.agent.parser import parse_turn
-from selskill.agent.runner import EpisodeSpec
 from selskill.agent.turn_format import render_action, render_skill_call
 from selskill.benchmarks.alfworld import load_alfworld_skills
 from selskill.benchmarks.alfworld.dagger import DAGGER_DEMOS, DaggerSettings, disagreements, relabel_rollout
@@ -19,6 +19,7 @@ from selskill.benchmarks.alfworld.env import AlfworldEnv, find_games
 from selskill.benchmarks.alfworld.episode import NAVIGATION
 from selskill.benchmarks.alfworld.expert import task_spec
 from selskill.benchmarks.alfworld.init_policy import build_init_policy
+from selskill.data.records import Turn
 from selskill.policy.hf import HFPolicy
 from selskill.policy.settings import HFSettings
 from selskill.sft.build import MANIFEST
@@ -68,16 +69,16 @@ def _relabel(index, task, turns, seed=0, points=2, mix=BARE, max_decisions=50):
 
 def test_relabelled_demos_continue_the_policy_episode_with_the_expert(index, scripted_row):
     task, row = scripted_row
-    assert [t["kind"] for t in row["turns"][:3]] == ["skill", "malformed", "action"]
-    demos, dropped = _relabel(index, task, row["turns"])
+    assert [t.kind for t in row.turns[:3]] == ["skill", "malformed", "action"]
+    demos, dropped = _relabel(index, task, row.turns)
     assert len(demos) == 2 and not dropped
-    policy_messages = json.loads(row["messages"])
+    policy_messages = json.loads(row.messages)
     lib = load_alfworld_skills()
     record = index.by_id()[task]
     probe = DemoEpisode(
         _setup(index), record, task_spec(record), random.Random(0), DemoMix(), DemoBudget(max_env_steps=30)
     )
-    found = disagreements(probe, row["turns"])
+    found = disagreements(probe, row.turns)
     assert found[0] == 1  # the skill call is not a disagreement, the malformed turn is
     for demo in demos:
         assistant = [i for i, m in enumerate(demo.messages) if m["role"] == "assistant"]
@@ -87,10 +88,10 @@ def test_relabelled_demos_continue_the_policy_episode_with_the_expert(index, scr
         assert demo.messages[: assistant[point]] == policy_messages[: assistant[point]]
         # from there the expert plays: a well-formed action differing from the policy's, to a win
         taken = parse_turn(demo.messages[assistant[point]]["content"], lib.names)
-        assert taken.kind == "action" and taken.action != row["turns"][point].get("action")
+        assert taken.kind == "action" and taken.action != row.turns[point].action
         assert demo.env_steps > 0 and demo.n_turns > point
     # deterministic per rng seed
-    again, _ = _relabel(index, task, row["turns"])
+    again, _ = _relabel(index, task, row.turns)
     assert [d.messages for d in again] == [d.messages for d in demos]
 
 
@@ -98,12 +99,12 @@ def test_the_expert_continuation_has_a_decision_budget_of_its_own(index, scripte
     """From the relabelled point the expert gets `max_decisions` decisions, as the runner would
     give an episode: a continuation that needs one more is dropped."""
     task, row = scripted_row
-    (demo,), _ = _relabel(index, task, row["turns"], points=1)
+    (demo,), _ = _relabel(index, task, row.turns, points=1)
     point = min(set(range(demo.n_turns)) - set(demo.untrained_turns))
     needed = demo.n_turns - point
-    kept, _ = _relabel(index, task, row["turns"], points=1, max_decisions=needed)
+    kept, _ = _relabel(index, task, row.turns, points=1, max_decisions=needed)
     assert [d.messages for d in kept] == [demo.messages]
-    cut, dropped = _relabel(index, task, row["turns"], points=1, max_decisions=needed - 1)
+    cut, dropped = _relabel(index, task, row.turns, points=1, max_decisions=needed - 1)
     assert cut == [] and dropped == {"step_limit": 1}
 
 
@@ -121,7 +122,10 @@ def test_a_rollout_that_agrees_with_the_expert_adds_nothing(index):
     turns = []
     while not ep.state.won:  # the bare expert's own play, recorded as runner turns
         command = ep.expert.next_command()
-        turns.append({"kind": "action", "action": command, "text": render_action(command)})
+        turns.append(
+            Turn(0, 0, 0, 0, render_action(command), "action", None, command, None, None, None, None, 1, [command],
+                 False, [])
+        )  # fmt: skip
         ep.act(command)
     demos, dropped = _relabel(index, task, turns)
     assert demos == [] and not dropped

@@ -9,6 +9,7 @@ from fixtures_run import write_fixture_run
 from test_runner import ScriptedPolicy
 
 from selskill import report as rp
+from selskill.agent.episode_host import EpisodeSpec
 from selskill.agent.eval_modes import (
     CONSERVATIVE_INSTRUCTION,
     CSI_PLACEMENT,
@@ -17,7 +18,7 @@ from selskill.agent.eval_modes import (
     capability_check_stats,
     prompt_setup,
 )
-from selskill.agent.runner import EpisodeRunner, EpisodeSpec, RunnerConfig
+from selskill.agent.runner import EpisodeRunner, RunnerConfig
 from selskill.agent.turn_format import (
     THINK_CLOSE,
     THINK_OPEN,
@@ -173,19 +174,19 @@ def _play(policy, small_games, mode, texts):
 def test_episode_under_explicit_skip_and_no_skills(policy, small_games):
     texts = [render_skill_call(SKIP_SKILL), render_skill_call("systematic_search"), render_action("look")]
     skip = _play(policy, small_games, "explicit_skip", texts)
-    system = json.loads(skip["messages"])[0]["content"]
+    system = json.loads(skip.messages)[0]["content"]
     assert SKIP_SKILL in system
-    first, second = skip["turns"][:2]
-    assert first["skill"] == SKIP_SKILL and first["exec_precise"] is True and first["env_steps"] == 0
-    assert second["exec_precise"] is True  # the usual skills stay callable
+    first, second = skip.turns[:2]
+    assert first.skill == SKIP_SKILL and first.exec_precise is True and first.env_steps == 0
+    assert second.exec_precise is True  # the usual skills stay callable
 
     bare = _play(policy, small_games, "no_skills", texts)
-    system = json.loads(bare["messages"])[0]["content"]
+    system = json.loads(bare.messages)[0]["content"]
     assert "systematic_search" not in system
     # a call the mode does not offer is a failed call, like any unknown skill
-    calls = [t for t in bare["turns"] if TOOL_CALL_OPEN in t["text"]]
-    assert calls and all(t["exec_precise"] is False for t in calls)
-    assert bare["n_skill_calls"] == len(calls) and bare["n_precise_calls"] == 0
+    calls = [t for t in bare.turns if TOOL_CALL_OPEN in t.text]
+    assert calls and all(t.exec_precise is False for t in calls)
+    assert bare.n_skill_calls == len(calls) and bare.n_precise_calls == 0
 
 
 def test_report_shows_the_baselines(tmp_path):

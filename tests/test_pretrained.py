@@ -213,7 +213,8 @@ def test_the_converted_folder_is_the_gguf_model(runs, gguf_tokenizer):
 
 @pytest.fixture(scope="module")
 def episodes(policy, small_games):
-    from selskill.agent.runner import EpisodeRunner, EpisodeSpec, RunnerConfig
+    from selskill.agent.episode_host import EpisodeSpec
+    from selskill.agent.runner import EpisodeRunner, RunnerConfig
     from selskill.benchmarks.alfworld.env import AlfworldEnv, find_games
 
     index = find_games(small_games)
@@ -239,40 +240,41 @@ def test_sampled_episodes_record_the_models_own_logprobs_and_entropies(policy, e
 
     vocab = len(policy.tokenizer)
     rows = episodes["rows"]
-    assert episodes["again"]["token_ids"] == rows[0]["token_ids"]  # same seed, same episode
-    assert rows[0]["token_ids"] != rows[1]["token_ids"]
+    assert episodes["again"].token_ids == rows[0].token_ids  # same seed, same episode
+    assert rows[0].token_ids != rows[1].token_ids
     for row in rows:
-        n = len(row["token_ids"])
-        assert len(row["logprob"]) == len(row["entropy"]) == len(row["role"]) == len(row["turn"]) == n
-        assert row["n_turns"] >= 1
-        for t in row["turns"]:
-            s, e = t["start"], t["end"]
-            assert set(row["role"][s:e]) == {ROLE_ASSISTANT}
-            lp, ent = policy.score(row["token_ids"][:s], row["token_ids"][s:e])
+        n = len(row.token_ids)
+        assert len(row.logprob) == len(row.entropy) == len(row.role) == len(row.turn) == n
+        assert row.n_turns >= 1
+        for t in row.turns:
+            s, e = t.start, t.end
+            assert set(row.role[s:e]) == {ROLE_ASSISTANT}
+            lp, ent = policy.score(row.token_ids[:s], row.token_ids[s:e])
             for i in range(e - s):
-                if row["logprob"][s + i] == 0.0 and row["entropy"][s + i] == 0.0:
+                if row.logprob[s + i] == 0.0 and row.entropy[s + i] == 0.0:
                     continue  # a token the runner wrote, not the model (a closing end-of-turn)
-                assert abs(lp[i] - row["logprob"][s + i]) < 2e-3
-                assert abs(ent[i] - row["entropy"][s + i]) < 2e-3
-                assert 0.0 <= row["entropy"][s + i] <= math.log(vocab) + 1e-4
-                assert row["logprob"][s + i] <= 0.0
+                assert abs(lp[i] - row.logprob[s + i]) < 2e-3
+                assert abs(ent[i] - row.entropy[s + i]) < 2e-3
+                assert 0.0 <= row.entropy[s + i] <= math.log(vocab) + 1e-4
+                assert row.logprob[s + i] <= 0.0
 
 
 @pytest.mark.slow
 def test_a_fork_reproduces_its_prefix_and_continues_from_the_forced_invoke(policy, episodes):
-    from selskill.agent.runner import EpisodeRunner, EpisodeSpec
+    from selskill.agent.episode_host import EpisodeSpec
+    from selskill.agent.runner import EpisodeRunner
     from selskill.benchmarks.alfworld.env import AlfworldEnv
     from selskill.data.records import BranchPoint
     from selskill.stages.fork import fork_start
 
     source, index = episodes["rows"][0], episodes["index"]
-    branch = 1 if len(source["turns"]) > 1 else 0
-    offset = source["turns"][branch]["start"]
+    branch = 1 if len(source.turns) > 1 else 0
+    offset = source.turns[branch].start
     point = BranchPoint(
         branch_id="a-b", rollout_id="a", task_id=episodes["task"], task_type="pick_heat_then_place_in_recep",
         round=1, turn_index=branch, token_offset=offset, pool="ordinary", score=0.0, strategy="entropy",
         candidate_skill="heat_object", original_decision="skip",
-        source_env_steps_before=sum(x["env_steps"] for x in source["turns"][:branch]),
+        source_env_steps_before=sum(x.env_steps for x in source.turns[:branch]),
     )  # fmt: skip
     fork = fork_start(source, point, "invoke")  # as the fork stage builds it
     runner = EpisodeRunner(
@@ -284,19 +286,19 @@ def test_a_fork_reproduces_its_prefix_and_continues_from_the_forced_invoke(polic
         hooks=AlfworldHooks(),
     )
     row = runner.run([EpisodeSpec("f", episodes["task"], seed=9, fork=fork)])[0]
-    assert row["token_ids"][:offset] == source["token_ids"][:offset]
-    assert row["turns"][:branch] == source["turns"][:branch]
-    turn = row["turns"][branch]
-    assert turn["forced"] and turn["text"].startswith('<tool_call>{"name": "heat_object"')
-    assert turn["text"] == render_skill_call("heat_object")  # action_choice decision completes the call
+    assert row.token_ids[:offset] == source.token_ids[:offset]
+    assert row.turns[:branch] == source.turns[:branch]
+    turn = row.turns[branch]
+    assert turn.forced and turn.text.startswith('<tool_call>{"name": "heat_object"')
+    assert turn.text == render_skill_call("heat_object")  # action_choice decision completes the call
     forced = ChatTokens(policy.tokenizer).encode_forced(
         forced_prefix("invoke", "heat_object"), render_skill_call("heat_object")
     )
-    assert row["token_ids"][offset : offset + len(forced)] == forced
-    s, e = offset + len(forced), turn["end"] - 1
+    assert row.token_ids[offset : offset + len(forced)] == forced
+    s, e = offset + len(forced), turn.end - 1
     if e > s:  # what the model wrote after the forced opening is scored from the exact prefix
-        lp, _ = policy.score(row["token_ids"][:s], row["token_ids"][s:e])
-        assert max(abs(a - b) for a, b in zip(lp, row["logprob"][s:e], strict=True)) < 2e-3
+        lp, _ = policy.score(row.token_ids[:s], row.token_ids[s:e])
+        assert max(abs(a - b) for a, b in zip(lp, row.logprob[s:e], strict=True)) < 2e-3
 
 
 # The train stage's options per variant: full fine-tuning here; a LoRA variant is one more entry

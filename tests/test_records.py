@@ -95,20 +95,36 @@ def test_a_rollout_row_is_its_episode_plus_which_episode_it_was(fixture_rows):
 
     assert _names(Episode) == [n for n in SCHEMAS["rollout"].names if n not in WHICH_ROLLOUT]
     row = fixture_rows["sample"][0]
-    episode = {k: v for k, v in row.items() if k not in WHICH_ROLLOUT}
+    episode = Episode.from_row(row)
     which = {k: row[k] for k in WHICH_ROLLOUT}
     assert Rollout.of_episode(episode, **which).to_row() == row
     with pytest.raises(TypeError, match="sample_idx"):  # a field neither side gives
         Rollout.of_episode(episode, **{k: v for k, v in which.items() if k != "sample_idx"})
     with pytest.raises(TypeError, match="sample_id"):  # a misspelt one
         Rollout.of_episode(episode, **which, sample_id=0)
-    with pytest.raises(KeyError, match="termination"):  # an episode the runner did not finish writing
-        Rollout.of_episode({k: v for k, v in episode.items() if k != "termination"}, **which)
 
 
 def test_a_fork_row_is_its_episode_plus_its_branch_point_arm_and_after_branch_counts(fixture_rows):
+    from selskill.data.records import Episode
+
     row = fixture_rows["fork"][0]
-    played = set(SCHEMAS["rollout"].names) - set(WHICH_ROLLOUT)
-    episode = {k: v for k, v in row.items() if k in played} | {"n_prompt_tokens": 7}  # not a fork column
-    which = {k: v for k, v in row.items() if k not in played}
+    episode = Episode.from_row(row | {"n_prompt_tokens": 7})  # not a fork column
+    which = {k: v for k, v in row.items() if k not in _names(Episode)}
     assert Fork.of_episode(episode, **which).to_row() == row
+
+
+def test_the_schemas_are_the_records_fields_with_their_arrow_types():
+    """One definition of each column: the widths the records name, every column nullable, no metadata."""
+    rollout = SCHEMAS["rollout"]
+    assert rollout.field("seed").type == pa.int64() and rollout.field("n_prompt_tokens").type == pa.int32()
+    assert rollout.field("role").type == pa.list_(pa.int8()) and rollout.field("turn").type == pa.list_(
+        pa.int16()
+    )
+    assert rollout.field("logprob").type == pa.list_(pa.float32())
+    assert _TURN.field("exec_precise").type == pa.bool_() and _TURN.field("commands").type == pa.list_(
+        pa.string()
+    )
+    assert SCHEMAS["pair"].field("chosen_role").type == pa.list_(pa.int8())
+    assert SCHEMAS["branch"].field("score").type == pa.float32()
+    for schema in SCHEMAS.values():
+        assert schema.metadata is None and all(f.nullable for f in schema)

@@ -19,10 +19,11 @@ from types import SimpleNamespace
 
 import pytest
 
+from selskill.agent.episode_host import EpisodeHost
 from selskill.agent.listings import STEP_SKILLS_HEADING
-from selskill.agent.runner import EpisodeHost
 from selskill.agent.turn_format import forced_prefix, render_action, render_skill_call
 from selskill.benchmarks.alfworld.env import find_games
+from selskill.data.records import Turn
 from selskill.policy.base import Generation
 from selskill.skills.retrieval import RetrievalConfig
 
@@ -153,7 +154,7 @@ def test_forks_force_only_listed_skills_and_replay_the_listings(round_dir):
             assert fork["turns"][t]["text"].startswith(forced_prefix("invoke", b["candidate_skill"]))
         # every later turn lists what retrieval gives on the fork's own replayed prefix
         for j in range(t + 1, len(fork["turns"])):
-            prefix = host._replay(env, fork["task_id"], fork["turns"][:j])
+            prefix = host._replay(env, fork["task_id"], [Turn.from_row(x) for x in fork["turns"][:j]])
             assert list(host._listed(prefix)) == fork["turns"][j]["listed"], (fork["fork_id"], j)
             checked += 1
     assert checked

@@ -8,10 +8,11 @@ import re
 
 import pytest
 
+from selskill.agent.episode_host import EpisodeHost, EpisodeSpec
 from selskill.agent.eval_modes import prompt_setup
 from selskill.agent.listings import PROGRESS_LISTING, STEP_SKILLS_HEADING, listing_text
 from selskill.agent.parser import parse_turn
-from selskill.agent.runner import EpisodeHost, EpisodeRunner, EpisodeSpec, RunnerConfig
+from selskill.agent.runner import EpisodeRunner, RunnerConfig
 from selskill.agent.transcript import INVALID_TURN_FEEDBACK, MALFORMED_COMMAND
 from selskill.agent.turn_format import forced_prefix, render_action, render_skill_call
 from selskill.benchmarks.alfworld import load_alfworld_skills
@@ -23,7 +24,7 @@ from selskill.config import check_sections
 from selskill.config.rollout import RolloutConfig
 from selskill.config.run import RunConfig
 from selskill.config.stages import EvalConfig
-from selskill.data.records import BranchPoint, Turn
+from selskill.data.records import BranchPoint, Episode, Turn
 from selskill.data.schema import _TURN
 from selskill.policy.base import Generation
 from selskill.skills import render_listing
@@ -238,19 +239,19 @@ def test_mode_all_writes_exactly_what_the_runner_wrote_without_retrieval(tokeniz
     plain = _play(tokenizer, index, task, texts, library=OWN)
     explicit = _play(tokenizer, index, task, texts, mode="all", library=OWN)
     assert explicit == plain
-    messages = json.loads(plain["messages"])
+    messages = json.loads(plain.messages)
     assert messages[0]["content"] == FMT.system_text(render_listing(OWN))
     assert not any(STEP_SKILLS_HEADING in m["content"] for m in messages)
-    assert all(t["listed"] == list(OWN.names) for t in plain["turns"])
-    assert plain["turns"][1]["kind"] == "skill" and plain["turns"][1]["exec_precise"]
+    assert all(t.listed == list(OWN.names) for t in plain.turns)
+    assert plain.turns[1].kind == "skill" and plain.turns[1].exec_precise
 
 
 def test_mode_task_lists_the_tasks_skills_in_the_system_prompt(tokenizer, index, task):
     row = _play(tokenizer, index, task, [render_action("look"), render_action("inventory")], mode="task")
-    messages = json.loads(row["messages"])
-    listed = row["turns"][0]["listed"]
+    messages = json.loads(row.messages)
+    listed = row.turns[0].listed
     assert 1 <= len(listed) <= RetrievalConfig().shown
-    assert all(t["listed"] == listed for t in row["turns"])
+    assert all(t.listed == listed for t in row.turns)
     assert messages[0]["content"] == FMT.system_text(listing_text(BIG, listed))
     assert not any(STEP_SKILLS_HEADING in m["content"] for m in messages)
     # the listing is retrieved for the task as first given
@@ -298,15 +299,15 @@ def test_mode_task_scores_the_policys_own_pseudo_skills(tokenizer, index, task):
     row = runner.run([EpisodeSpec("e", task, seed=0)])[0]
     assert "capability inference" in asked[0] and state.task in asked[0]
     assert "Capability required: examining an object under a lamp" in asked[1] and "desklamp" in asked[1]
-    assert row["pseudo_skills"] == [PSG_DOC]
+    assert row.pseudo_skills == [PSG_DOC]
     with_psg = _retriever("task").listing(EpisodePrefix(task=state.task), [PSG_DOC]).names
-    assert tuple(row["turns"][0]["listed"]) == with_psg
+    assert tuple(row.turns[0].listed) == with_psg
     assert with_psg != _retriever("task").listing(EpisodePrefix(task=state.task)).names
-    assert json.loads(row["messages"])[0]["content"] == FMT.system_text(listing_text(BIG, with_psg))
+    assert json.loads(row.messages)[0]["content"] == FMT.system_text(listing_text(BIG, with_psg))
     # once per task per runner: a second run reuses them and asks the policy for turns only
     runner.policy.texts = [render_action("look")]
     again = runner.run([EpisodeSpec("e2", task, seed=1)])[0]
-    assert again["pseudo_skills"] == [PSG_DOC] and again["turns"][0]["text"] == render_action("look")
+    assert again.pseudo_skills == [PSG_DOC] and again.turns[0].text == render_action("look")
 
 
 def test_pseudo_skills_need_task_retrieval():
@@ -326,34 +327,34 @@ def test_pseudo_skills_need_task_retrieval():
 
 def test_mode_progress_lists_each_step_after_its_observation(tokenizer, index, task, source_texts):
     row = _play(tokenizer, index, task, source_texts, mode="progress")
-    messages = json.loads(row["messages"])
+    messages = json.loads(row.messages)
     assert PROGRESS_LISTING in messages[0]["content"]
     assert not any(f"- {n}" in messages[0]["content"] for n in BIG.names)
     k = RetrievalConfig().k
-    for t in row["turns"]:
-        assert 1 <= len(t["listed"]) <= k
-        shown = messages[t["message_index"] - 1]["content"]  # the observation the decision is taken on
-        assert shown.endswith(f"\n\n{STEP_SKILLS_HEADING}\n{listing_text(BIG, t['listed'])}")
-        assert step_listing(shown) == t["listed"]
-    assert len({tuple(t["listed"]) for t in row["turns"]}) > 1, "the listing follows the episode"
-    calls = [t for t in row["turns"] if t["kind"] == "skill"]
-    assert calls and all(t["skill"] in t["listed"] for t in calls)
-    assert any(t["commands"] and t["exec_precise"] for t in calls), "an executable call ran commands"
+    for t in row.turns:
+        assert 1 <= len(t.listed) <= k
+        shown = messages[t.message_index - 1]["content"]  # the observation the decision is taken on
+        assert shown.endswith(f"\n\n{STEP_SKILLS_HEADING}\n{listing_text(BIG, t.listed)}")
+        assert step_listing(shown) == t.listed
+    assert len({tuple(t.listed) for t in row.turns}) > 1, "the listing follows the episode"
+    calls = [t for t in row.turns if t.kind == "skill"]
+    assert calls and all(t.skill in t.listed for t in calls)
+    assert any(t.commands and t.exec_precise for t in calls), "an executable call ran commands"
     # the record mirrors the struct of the rows, `listed` included
     assert [f.name for f in Turn.__dataclass_fields__.values()] == [
         _TURN.field(i).name for i in range(_TURN.num_fields)
     ]
-    assert Turn.from_row(row["turns"][0]).listed == row["turns"][0]["listed"]
+    assert Turn.from_row(row.turns[0].to_row()) == row.turns[0]
 
 
 def test_a_call_to_an_unlisted_skill_is_never_executed(tokenizer, index, task):
     row = _play(tokenizer, index, task, [call_unlisted], mode="progress", library=OWN)
-    first = row["turns"][0]
-    assert first["kind"] == "malformed" and first["reason"] == f"unlisted_skill:{first['skill']}"
-    assert first["skill"] in OWN and first["skill"] not in first["listed"]
-    assert first["exec_precise"] is False and first["exec_error"] == first["reason"]
-    assert first["commands"] == [MALFORMED_COMMAND] and first["env_steps"] == 1
-    reply = json.loads(row["messages"])[first["message_index"] + 1]["content"]
+    first = row.turns[0]
+    assert first.kind == "malformed" and first.reason == f"unlisted_skill:{first.skill}"
+    assert first.skill in OWN and first.skill not in first.listed
+    assert first.exec_precise is False and first.exec_error == first.reason
+    assert first.commands == [MALFORMED_COMMAND] and first.env_steps == 1
+    reply = json.loads(row.messages)[first.message_index + 1]["content"]
     assert reply.startswith(INVALID_TURN_FEEDBACK)
 
 
@@ -374,14 +375,14 @@ def test_a_replayed_prefix_lists_what_the_source_listed_at_every_turn(tokenizer,
         AlfworldHooks(),
     )
     env = AlfworldEnv(index)
-    for k, turn in enumerate(source["turns"]):
-        prefix = host._replay(env, task, source["turns"][:k])
-        assert list(host._listed(prefix)) == turn["listed"], k
+    for k, turn in enumerate(source.turns):
+        prefix = host._replay(env, task, source.turns[:k])
+        assert list(host._listed(prefix)) == turn.listed, k
 
 
-def _branch(source: dict, t: int, task: str, candidate: str = "") -> BranchPoint:
-    turn = source["turns"][t]
-    invoked = turn["kind"] == "skill"
+def _branch(source: Episode, t: int, task: str, candidate: str = "") -> BranchPoint:
+    turn = source.turns[t]
+    invoked = turn.kind == "skill"
     return BranchPoint(
         branch_id=f"e/t{t}",
         rollout_id="e",
@@ -389,13 +390,13 @@ def _branch(source: dict, t: int, task: str, candidate: str = "") -> BranchPoint
         task_type="pick_heat_then_place_in_recep",
         round=1,
         turn_index=t,
-        token_offset=turn["start"] + turn["decision"],
+        token_offset=turn.start + turn.decision,
         pool="post_skill" if invoked else "ordinary",
         score=0.0,
         strategy="entropy",
-        candidate_skill=turn["skill"] if invoked else candidate,
+        candidate_skill=turn.skill if invoked else candidate,
         original_decision="invoke" if invoked else "skip",
-        source_env_steps_before=sum(x["env_steps"] for x in source["turns"][:t]),
+        source_env_steps_before=sum(x.env_steps for x in source.turns[:t]),
     )
 
 
@@ -405,40 +406,40 @@ def test_a_fork_continuing_as_its_source_lists_what_the_source_listed(
 ):
     source = _play(tokenizer, index, task, source_texts, mode="progress")
     # the action after the executable call (its replay re-runs the call) / the executable call
-    ran = next(i for i, x in enumerate(source["turns"]) if x["kind"] == "skill" and x["commands"])
+    ran = next(i for i, x in enumerate(source.turns) if x.kind == "skill" and x.commands)
     t = ran + 1 if arm == "skip" else ran
-    assert source["turns"][t]["kind"] == ("action" if arm == "skip" else "skill")
+    assert source.turns[t].kind == ("action" if arm == "skip" else "skill")
     branch = _branch(source, t, task)
     start = fork_start(source, branch, arm)
-    assert start.listed == source["turns"][t]["listed"]
+    assert start.listed == source.turns[t].listed
     # the branch turn as the source wrote it, less what the fork forces
-    text = source["turns"][t]["text"]
+    text = source.turns[t].text
     opening = forced_prefix(arm, branch.candidate_skill if arm == "invoke" else None)
     assert text.startswith(opening)
-    rest = [text[len(opening) :]] + [tt["text"] for tt in source["turns"][t + 1 :]]
+    rest = [text[len(opening) :]] + [tt.text for tt in source.turns[t + 1 :]]
     fork = _play(tokenizer, index, task, rest, mode="progress", fork=start, seed=5)
-    assert fork["turns"][:t] == source["turns"][:t]
-    assert fork["token_ids"][: branch.token_offset] == source["token_ids"][: branch.token_offset]
-    assert fork["turns"][t]["forced"] and fork["turns"][t]["text"] == text
-    assert len(fork["turns"]) == len(source["turns"])
-    for mine, theirs in zip(fork["turns"][t:], source["turns"][t:], strict=True):
+    assert fork.turns[:t] == source.turns[:t]
+    assert fork.token_ids[: branch.token_offset] == source.token_ids[: branch.token_offset]
+    assert fork.turns[t].forced and fork.turns[t].text == text
+    assert len(fork.turns) == len(source.turns)
+    for mine, theirs in zip(fork.turns[t:], source.turns[t:], strict=True):
         for key in ("listed", "text", "kind", "skill", "commands", "exec_precise"):
-            assert mine[key] == theirs[key], key
-    assert json.loads(fork["messages"]) == json.loads(source["messages"])
+            assert getattr(mine, key) == getattr(theirs, key), key
+    assert json.loads(fork.messages) == json.loads(source.messages)
     if arm == "invoke":
-        assert branch.candidate_skill in fork["turns"][t]["listed"]
+        assert branch.candidate_skill in fork.turns[t].listed
 
 
 def test_a_fork_never_forces_a_skill_its_branch_turn_did_not_list(tokenizer, index, task, source_texts):
     source = _play(tokenizer, index, task, source_texts, mode="progress")
     t = 2
-    outside = next(n for n in BIG.names if n not in source["turns"][t]["listed"])
+    outside = next(n for n in BIG.names if n not in source.turns[t].listed)
     with pytest.raises(ValueError, match="is not among the skills its turn listed"):
         fork_start(source, _branch(source, t, task, candidate=outside), "invoke")
-    listed = source["turns"][t]["listed"][0]
+    listed = source.turns[t].listed[0]
     assert (
         fork_start(source, _branch(source, t, task, candidate=listed), "invoke").listed
-        == source["turns"][t]["listed"]
+        == source.turns[t].listed
     )
 
 
@@ -494,11 +495,11 @@ def test_bfcl_progress_episodes_replay_their_listings():
         hooks=BfclHooks(),
     )
     row = runner.run([EpisodeSpec("b", task_id, seed=0)])[0]
-    assert all(1 <= len(t["listed"]) <= 3 for t in row["turns"])
+    assert all(1 <= len(t.listed) <= 3 for t in row.turns)
     host = EpisodeHost(lambda: env, library, fmt, config, tok, None, "", ret, BfclHooks())
     other = BfclEnv(["base"], scenarios=[106], id_prefix="train/")
-    for k, turn in enumerate(row["turns"]):
-        assert list(host._listed(host._replay(other, task_id, row["turns"][:k]))) == turn["listed"], k
+    for k, turn in enumerate(row.turns):
+        assert list(host._listed(host._replay(other, task_id, row.turns[:k]))) == turn.listed, k
 
 
 # --- the init's demonstrations list skills as the episodes do ----------------------------------
@@ -534,9 +535,9 @@ def test_demonstrations_are_the_transcripts_the_runner_writes_for_their_turns(to
             hooks=AlfworldHooks(),
         )
         row = runner.run([EpisodeSpec("e", demo.task_id, seed=0)])[0]
-        assert json.loads(row["messages"]) == demo.messages, demo.task_id
-        assert row["success"] and all(t["kind"] in ("action", "skill") for t in row["turns"])
-        assert [t["skill"] for t in row["turns"] if t["kind"] == "skill"] == [c["skill"] for c in demo.calls]
+        assert json.loads(row.messages) == demo.messages, demo.task_id
+        assert row.success and all(t.kind in ("action", "skill") for t in row.turns)
+        assert [t.skill for t in row.turns if t.kind == "skill"] == [c["skill"] for c in demo.calls]
         calls += len(demo.calls)
     assert calls, "the mix called skills"
     if mode == "progress":

@@ -2,7 +2,8 @@
 
 import pytest
 
-from selskill.agent.runner import EpisodeRunner, EpisodeSpec, ForkStart, RunnerConfig
+from selskill.agent.episode_host import EpisodeSpec, ForkStart
+from selskill.agent.runner import EpisodeRunner, RunnerConfig
 from selskill.agent.transcript import MALFORMED_COMMAND
 from selskill.agent.turn_format import forced_prefix, render_action, render_skill_call
 from selskill.benchmarks.alfworld import load_alfworld_skills
@@ -65,27 +66,26 @@ def test_token_records_match_a_teacher_forced_pass(policy, index):
         [EpisodeSpec(f"e{i}", t, seed=i) for i, t in enumerate(AlfworldEnv(index).task_ids()[:3])]
     )
     for row in rows:
-        n = len(row["token_ids"])
-        assert len(row["logprob"]) == len(row["entropy"]) == len(row["role"]) == len(row["turn"]) == n
-        assert row["role"][: row["n_prompt_tokens"]] == [ROLE_PROMPT] * row["n_prompt_tokens"]
-        assert row["termination"] in ("step_limit", "won", "context_limit")
-        for t in row["turns"][:3]:
-            s, e = t["start"], t["end"]
+        n = len(row.token_ids)
+        assert len(row.logprob) == len(row.entropy) == len(row.role) == len(row.turn) == n
+        assert row.role[: row.n_prompt_tokens] == [ROLE_PROMPT] * row.n_prompt_tokens
+        assert row.termination in ("step_limit", "won", "context_limit")
+        for t in row.turns[:3]:
+            s, e = t.start, t.end
             generated = (
                 e
                 - s
                 - (
                     0
-                    if row["token_ids"][e - 1] == policy.tokenizer.eos_token_id
-                    and row["logprob"][e - 1] != 0.0
+                    if row.token_ids[e - 1] == policy.tokenizer.eos_token_id and row.logprob[e - 1] != 0.0
                     else 1
                 )
             )
-            lp, ent = policy.score(row["token_ids"][:s], row["token_ids"][s:e])
+            lp, ent = policy.score(row.token_ids[:s], row.token_ids[s:e])
             for i in range(generated):
-                assert abs(lp[i] - row["logprob"][s + i]) < 1e-4
-                assert abs(ent[i] - row["entropy"][s + i]) < 1e-4
-            assert set(row["role"][s:e]) == {ROLE_ASSISTANT}
+                assert abs(lp[i] - row.logprob[s + i]) < 1e-4
+                assert abs(ent[i] - row.entropy[s + i]) < 1e-4
+            assert set(row.role[s:e]) == {ROLE_ASSISTANT}
 
 
 def test_same_seed_same_episode_regardless_of_batch(policy, index):
@@ -93,7 +93,7 @@ def test_same_seed_same_episode_regardless_of_batch(policy, index):
     alone = _runner(policy, index).run([EpisodeSpec("a", task, seed=11)])[0]
     others = [EpisodeSpec(f"o{i}", t, seed=50 + i) for i, t in enumerate(AlfworldEnv(index).task_ids()[1:4])]
     batched = _runner(policy, index).run([*others, EpisodeSpec("a", task, seed=11)])[-1]
-    assert alone["token_ids"] == batched["token_ids"]
+    assert alone.token_ids == batched.token_ids
 
 
 def test_actions_skills_and_malformed_turns_are_recorded(policy, index):
@@ -108,22 +108,16 @@ def test_actions_skills_and_malformed_turns_are_recorded(policy, index):
     ]
     runner = _runner(ScriptedPolicy(policy, texts), index)
     row = runner.run([EpisodeSpec("s", task, seed=0)])[0]
-    kinds = [t["kind"] for t in row["turns"]]
+    kinds = [t.kind for t in row.turns]
     assert kinds[:4] == ["skill", "malformed", "malformed", "skill"]
-    heat, bare, unknown, memory = row["turns"][:4]
-    assert heat["exec_precise"] is False and heat["exec_error"] == "precondition_failed:holding_object"
-    assert (
-        bare["reason"] == "missing_tags"
-        and bare["commands"] == [MALFORMED_COMMAND]
-        and bare["env_steps"] == 1
-    )
-    assert unknown["exec_precise"] is False and unknown["exec_error"].startswith("unknown_skill")
-    assert memory["exec_precise"] is True and memory["env_steps"] == 0
-    assert row["n_skill_calls"] == 3 and row["n_precise_calls"] == 1 and row["n_malformed"] == 2
+    heat, bare, unknown, memory = row.turns[:4]
+    assert heat.exec_precise is False and heat.exec_error == "precondition_failed:holding_object"
+    assert bare.reason == "missing_tags" and bare.commands == [MALFORMED_COMMAND] and bare.env_steps == 1
+    assert unknown.exec_precise is False and unknown.exec_error.startswith("unknown_skill")
+    assert memory.exec_precise is True and memory.env_steps == 0
+    assert row.n_skill_calls == 3 and row.n_precise_calls == 1 and row.n_malformed == 2
     # skill-return tokens follow the memory call, observation tokens follow the bare text
-    assert (
-        ROLE_SKILL_RETURN in row["role"][memory["end"] :] and ROLE_OBSERVATION in row["role"][bare["end"] :]
-    )
+    assert ROLE_SKILL_RETURN in row.role[memory.end :] and ROLE_OBSERVATION in row.role[bare.end :]
 
 
 class ExplodingEnv(AlfworldEnv):
@@ -152,8 +146,8 @@ def test_environment_error_ends_only_that_episode(policy, index):
         hooks=AlfworldHooks(),
     )
     a, b = runner.run([EpisodeSpec("a", tasks[0], seed=0), EpisodeSpec("b", tasks[1], seed=1)])
-    assert a["termination"] == "error" and "engine exploded" in a["error"] and a["n_turns"] == 1
-    assert b["termination"] == "step_limit" and b["env_steps"] == 3
+    assert a.termination == "error" and "engine exploded" in a.error and a.n_turns == 1
+    assert b.termination == "step_limit" and b.env_steps == 3
 
 
 @pytest.mark.parametrize("first", ["common_mistakes", "heat_object"])
@@ -164,9 +158,9 @@ def test_every_decision_is_a_step_of_the_budget(policy, index, first):
     texts = [render_skill_call(first), render_skill_call("pick_and_place")]
     runner = _runner(ScriptedPolicy(policy, texts), index, max_decisions=5, max_env_steps=100)
     row = runner.run([EpisodeSpec("m", task, seed=0)])[0]
-    assert row["termination"] == "step_limit" and row["n_turns"] == 5 and row["env_steps"] == 0
-    assert [t["kind"] for t in row["turns"]] == ["skill"] * 5
-    assert row["turns"][0]["exec_precise"] is (first == "common_mistakes")
+    assert row.termination == "step_limit" and row.n_turns == 5 and row.env_steps == 0
+    assert [t.kind for t in row.turns] == ["skill"] * 5
+    assert row.turns[0].exec_precise is (first == "common_mistakes")
 
 
 def test_the_command_cap_ends_an_episode_when_it_binds_first(policy, index):
@@ -174,30 +168,30 @@ def test_the_command_cap_ends_an_episode_when_it_binds_first(policy, index):
     look = ScriptedPolicy(policy, [render_action("look")])
     runner = _runner(look, index, max_decisions=10, max_env_steps=3)
     row = runner.run([EpisodeSpec("c", task, seed=0)])[0]
-    assert row["termination"] == "step_limit" and row["env_steps"] == 3 and row["n_turns"] == 3
+    assert row.termination == "step_limit" and row.env_steps == 3 and row.n_turns == 3
 
 
 def test_forced_fork_reproduces_the_prefix_exactly(policy, index):
     task = next(t for t in AlfworldEnv(index).task_ids() if "pick_heat" in t)
     source = _runner(policy, index, max_env_steps=5).run([EpisodeSpec("src", task, seed=3)])[0]
     branch = 2
-    t = source["turns"][branch]
-    offset = t["start"]
-    turns_before = source["turns"][:branch]
+    t = source.turns[branch]
+    offset = t.start
+    turns_before = source.turns[:branch]
     import json
 
-    messages = json.loads(source["messages"])[: 2 + 2 * branch]
-    commands = [c for turn in turns_before for c in turn["commands"]]
+    messages = json.loads(source.messages)[: 2 + 2 * branch]
+    commands = [c for turn in turns_before for c in turn.commands]
     fork = ForkStart(
-        source["token_ids"][:offset],
-        source["logprob"][:offset],
-        source["entropy"][:offset],
-        source["role"][:offset],
-        source["turn"][:offset],
+        source.token_ids[:offset],
+        source.logprob[:offset],
+        source.entropy[:offset],
+        source.role[:offset],
+        source.turn[:offset],
         turns_before,
         messages,
         commands,
-        sum(x["env_steps"] for x in turns_before),
+        sum(x.env_steps for x in turns_before),
         forced_prefix("invoke", "heat_object"),
         cache_from="src-prefix",
     )
@@ -205,17 +199,15 @@ def test_forced_fork_reproduces_the_prefix_exactly(policy, index):
     row = runner.run(
         [EpisodeSpec("f0", task, seed=9, fork=fork), EpisodeSpec("f1", task, seed=10, fork=fork)]
     )[0]
-    assert row["token_ids"][:offset] == source["token_ids"][:offset]
+    assert row.token_ids[:offset] == source.token_ids[:offset]
     forced_ids = policy.tokenizer.encode(forced_prefix("invoke", "heat_object"), add_special_tokens=False)
-    assert row["token_ids"][offset : offset + len(forced_ids)] == forced_ids
-    assert row["turns"][branch]["forced"] and row["turns"][branch]["text"].startswith(
-        '<tool_call>{"name": "heat_object"'
-    )
-    assert row["turns"][:branch] == source["turns"][:branch]
+    assert row.token_ids[offset : offset + len(forced_ids)] == forced_ids
+    assert row.turns[branch].forced and row.turns[branch].text.startswith('<tool_call>{"name": "heat_object"')
+    assert row.turns[:branch] == source.turns[:branch]
     # generated tokens after the forced opening are scored exactly from the exact prefix
-    s, e = offset + len(forced_ids), row["turns"][branch]["end"] - 1
-    lp, _ = policy.score(row["token_ids"][:s], row["token_ids"][s:e])
-    assert max(abs(a - b) for a, b in zip(lp, row["logprob"][s:e], strict=True)) < 1e-4
+    s, e = offset + len(forced_ids), row.turns[branch].end - 1
+    lp, _ = policy.score(row.token_ids[:s], row.token_ids[s:e])
+    assert max(abs(a - b) for a, b in zip(lp, row.logprob[s:e], strict=True)) < 1e-4
 
 
 def test_cpu_grouped_query_attention_matches_stock_sdpa(tiny_model_dir):
@@ -265,10 +257,10 @@ def test_episodes_in_a_child_process_match_the_serial_runner(policy, index):
     assert not serial.overlap
     b = serial.run(specs)
     assert sum(done) == len(specs)
-    assert [r["token_ids"] for r in a] == [r["token_ids"] for r in b]
+    assert [r.token_ids for r in a] == [r.token_ids for r in b]
     for x, y in zip(a, b, strict=True):
-        assert x["turns"] == y["turns"] and x["env_steps"] == y["env_steps"] and x["success"] == y["success"]
-        assert max(abs(p - q) for p, q in zip(x["logprob"], y["logprob"], strict=True)) < 1e-4
+        assert x.turns == y.turns and x.env_steps == y.env_steps and x.success == y.success
+        assert max(abs(p - q) for p, q in zip(x.logprob, y.logprob, strict=True)) < 1e-4
 
 
 class BrokenEnv(AlfworldEnv):
@@ -348,35 +340,33 @@ def test_turn_records_carry_the_decision_token_and_the_message_index(policy, ind
     names = load_alfworld_skills().names
     row = _runner(TruncatingPolicy(policy, texts), index, max_env_steps=8).run([EpisodeSpec("d", task, 0)])[0]
     tok = policy.tokenizer
-    messages = json.loads(row["messages"])
-    assert [t["kind"] for t in row["turns"][:4]] == ["action", "skill", "malformed", "malformed"]
+    messages = json.loads(row.messages)
+    assert [t.kind for t in row.turns[:4]] == ["action", "skill", "malformed", "malformed"]
     assert (
-        row["token_ids"][row["turns"][4]["end"] - 1] == tok.eos_token_id
-        and row["logprob"][row["turns"][4]["end"] - 1] == 0.0
+        row.token_ids[row.turns[4].end - 1] == tok.eos_token_id and row.logprob[row.turns[4].end - 1] == 0.0
     )
-    for i, t in enumerate(row["turns"]):
-        ids = row["token_ids"][t["start"] : t["end"]]
-        char = parse_turn(t["text"], names).decision_start or 0
-        assert t["decision"] == decision_token_index(tok, ids, char)  # the rule, on the stored row
+    for i, t in enumerate(row.turns):
+        ids = row.token_ids[t.start : t.end]
+        char = parse_turn(t.text, names).decision_start or 0
+        assert t.decision == decision_token_index(tok, ids, char)  # the rule, on the stored row
         if char:
-            d = t["decision"]
+            d = t.decision
             assert len(tok.decode(ids[:d], skip_special_tokens=False)) <= char
             assert len(tok.decode(ids[: d + 1], skip_special_tokens=False)) > char
-        assert t["message_index"] == 2 + 2 * i
-        assert messages[t["message_index"]] == {"role": "assistant", "content": t["text"]}
-    assert row["turns"][0]["decision"] > 0 and row["turns"][2]["decision"] == 0
-    cands = branch_candidates(row, BranchConfig())
+        assert t.message_index == 2 + 2 * i
+        assert messages[t.message_index] == {"role": "assistant", "content": t.text}
+    assert row.turns[0].decision > 0 and row.turns[2].decision == 0
+    cands = branch_candidates(row.to_row(), BranchConfig())
     assert [c["turn_index"] for c in cands[:2]] == [0, 1] and cands[1]["candidate_skill"] == "heat_object"
     assert all(
-        c["token_offset"]
-        == row["turns"][c["turn_index"]]["start"] + row["turns"][c["turn_index"]]["decision"]
+        c["token_offset"] == row.turns[c["turn_index"]].start + row.turns[c["turn_index"]].decision
         for c in cands
     )
     point = BranchPoint("d/t1", "d", task, "x", 1, 1, cands[1]["token_offset"], "post_skill", 0.0, "entropy",
-                        "heat_object", "invoke", row["turns"][0]["env_steps"])  # fmt: skip
+                        "heat_object", "invoke", row.turns[0].env_steps)  # fmt: skip
     start = fork_start(row, point, "skip")
-    assert start.messages == messages[:4] and start.turns == row["turns"][:1]
-    assert start.token_ids == row["token_ids"][: cands[1]["token_offset"]]
+    assert start.messages == messages[:4] and start.turns == row.turns[:1]
+    assert start.token_ids == row.token_ids[: cands[1]["token_offset"]]
 
 
 def test_the_runner_config_is_the_rollout_sections_with_its_defaults():

@@ -1,6 +1,6 @@
 """What differs between benchmarks inside an episode, as one public protocol.
 
-The episode host (`selskill.agent.runner.EpisodeHost`) does everything an episode shares
+The episode host (`selskill.agent.episode_host.EpisodeHost`) does everything an episode shares
 across benchmarks: tokens, parsing, skill calls, budgets, records. At the few points where a
 benchmark's environment speaks its own language it asks the `EpisodeHooks` a benchmark
 plugin hands it (`selskill.registry.Benchmark.hooks`). The defaults here serve an
@@ -19,6 +19,7 @@ from selskill.agent.transcript import MALFORMED_COMMAND, after_action, after_mal
 
 if TYPE_CHECKING:
     from selskill.agent.turn_format import TurnFormat
+    from selskill.data.records import Turn
     from selskill.envs.base import Env, EnvState
     from selskill.skills import Navigation, SkillLibrary
     from selskill.skills.step_records import EpisodePrefix
@@ -39,17 +40,17 @@ class EpisodeHooks:
         return first_prefix(state)
 
     def extend_prefix(
-        self, library: SkillLibrary, prefix: EpisodePrefix, record: dict, state: EnvState, call
+        self, library: SkillLibrary, prefix: EpisodePrefix, record: Turn, state: EnvState, call
     ) -> EpisodePrefix:
         """The prefix after one turn, from its record, the state after it and its skill call.
 
         A memory skill leaves the current observation as it was (it returns text, not a new
         view of the environment); a malformed turn adds no step, only what the engine answered.
         """
-        if record["kind"] == "skill":
-            return prefix_after_skill(prefix, library, record["skill"], call)
-        if record["kind"] == "action":
-            return prefix_after_action(prefix, record["action"], state.observation)
+        if record.kind == "skill":
+            return prefix_after_skill(prefix, library, record.skill, call)
+        if record.kind == "action":
+            return prefix_after_action(prefix, record.action, state.observation)
         return prefix.extend(observation=state.observation)
 
     def act(self, fmt: TurnFormat, env: Env, action: str) -> tuple[EnvState, list[str], dict]:
@@ -57,7 +58,7 @@ class EpisodeHooks:
         state = env.step(action)
         return state, [action], after_action(fmt, state)
 
-    def classify(self, record: dict) -> None:
+    def classify(self, record: Turn) -> None:
         """Amend a played turn's record in place (e.g. an action the benchmark deems malformed)."""
 
     def malformed(self, fmt: TurnFormat, env: Env) -> tuple[EnvState, list[str], dict]:

@@ -1,17 +1,30 @@
-"""Typed rows: one dataclass per schema of `selskill.data.schema`, field for field, in order.
+"""Typed rows: one dataclass per stage's rows, its fields the shard's columns in order.
 
-Shards hold plain dicts (what pyarrow reads and writes); every row a stage writes is built
-through these, so a misspelt or forgotten column fails where the row is made rather than
-as a null in the shard. `tests/test_records.py` keeps the fields equal to the schemas' names.
+Each column is defined here once: its name, its Python type, and where that leaves the
+width open, its Arrow type (`Int64`, `Int8`, `Int16`); `selskill.data.schema` derives the
+pyarrow schemas from these fields, so a record and its schema cannot drift. Shards hold
+plain dicts (what pyarrow reads and writes); every row a stage writes is built through these,
+so a misspelt or forgotten column fails where the row is made rather than as a null in the
+shard.
 
-The episode runner returns an `Episode` (the fields the rollout and fork rows share, as
-verl's agent loop returns its typed output); a stage adds what says which episode it was
-(`Rollout.of_episode`, `Fork.of_episode`), so that part of a row is written in one place.
+The episode runner records `Turn`s as it plays and returns an `Episode` (what was played,
+`Played`, plus its split and prompt length), as verl's agent loop returns its typed output;
+a stage adds what says which episode it was (`Rollout.of_episode`, `Fork.of_episode`), so
+that part of a row is written in one place, and makes it a dict only to write the shard.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, make_dataclass
+from typing import Annotated
+
+import pyarrow as pa
+
+# Arrow types where the Python type does not say the width (an `int` column is int32, a
+# `float` one float32: `selskill.data.schema.arrow_type`)
+Int64 = Annotated[int, pa.int64()]
+Int8 = Annotated[int, pa.int8()]
+Int16 = Annotated[int, pa.int16()]
 
 
 class _Row:
@@ -34,56 +47,65 @@ class _Row:
         return cls(**values)
 
 
+class _EpisodeRow(_Row):
+    """A row of one played episode: the runner's `Episode` and what says which episode it was."""
+
+    @classmethod
+    def of_episode(cls, episode: Episode, **identity):
+        """The row of `episode` with the `identity` fields (which episode it is; a fork's counts
+        after its branch): a field neither gives, or one the row does not have, fails here
+        (TypeError naming it). What the row has no column for (a fork's prompt length, the
+        source's) is left out."""
+        names = {f.name for f in fields(cls)}
+        played = {f.name: getattr(episode, f.name) for f in fields(episode) if f.name in names}
+        return cls(**played, **identity)
+
+
+def _joined(name: str, *parts: type, doc: str, base: type = _Row) -> type:
+    """A row type whose columns are `parts`' fields, in order: a group of columns that several
+    rows share is one dataclass, spliced where each row has it."""
+    columns = [(f.name, f.type, f) for part in parts for f in fields(part)]
+    # the module: where pickle (the episode host process) finds the type
+    return make_dataclass(name, columns, bases=(base,), namespace={"__doc__": doc, "__module__": __name__})
+
+
 @dataclass
 class Turn(_Row):
     """One assistant turn as the runner recorded it (the `turns` entries of rollout and fork rows)."""
 
-    start: int
-    end: int
-    # recorded when the turn is generated so that the branch stage need not decode prefixes again
+    start: int  # token offset of the assistant turn's first generated token
+    end: int  # one past its last generated token (end-of-turn included)
+    # token where the decision's opening tag begins, relative to start: recorded when the turn
+    # is generated so that the branch stage need not decode prefixes again
     decision: int
-    message_index: int  # fork prefixes cut `messages` here (a message count per turn is no contract)
+    # index of this turn's assistant message in `messages`: fork prefixes cut `messages` here
+    # (a message count per turn is no contract)
+    message_index: int
     text: str
-    kind: str
-    reason: str | None
+    kind: str  # action | skill | malformed
+    reason: str | None  # why malformed
     action: str | None
     skill: str | None
-    arguments: str | None
-    exec_precise: bool | None
+    arguments: str | None  # JSON
+    exec_precise: bool | None  # skill calls: executed precisely
     exec_error: str | None
-    env_steps: int
-    commands: list[str]
-    forced: bool
-    # what the policy was shown it could call: with retrieval a turn sees a few skills, and the
+    env_steps: int  # environment steps this turn consumed
+    commands: list[str]  # environment commands it executed (replays the prefix)
+    forced: bool  # the decision was forced (fork arms)
+    # the skills this decision's prompt listed: with retrieval a turn sees a few skills, and the
     # branch and fork stages must hold the invoke arm to them
     listed: list[str]
 
 
-def _with_episode(cls, episode: dict, identity: dict):
-    """A `cls` row of the runner's `episode` and the `identity` fields: a field neither gives, or one `cls`
-    does not have, fails here (TypeError naming it)."""
-    names = {f.name for f in fields(cls)}
-    played = {k: v for k, v in vars(Episode.from_row(episode)).items() if k in names}
-    return cls(**played, **identity)
-
-
 @dataclass
-class Rollout(_Row):
-    rollout_id: str
-    run: str
-    round: int
-    task_id: str
-    task_type: str
-    split: str
-    sample_idx: int
-    policy_id: str
-    seed: int
-    n_prompt_tokens: int
+class Played:
+    """What an episode's play recorded: the columns rollout and fork rows share."""
+
     token_ids: list[int]
-    logprob: list[float]
-    entropy: list[float]
-    role: list[int]
-    turn: list[int]
+    logprob: list[float]  # 0 on tokens the policy did not generate
+    entropy: list[float]  # full-vocabulary entropy (nats); 0 where not generated
+    role: list[Int8]
+    turn: list[Int16]  # assistant turn index a token belongs to / follows; -1 before the first
     success: bool
     env_steps: int
     n_turns: int
@@ -93,22 +115,74 @@ class Rollout(_Row):
     termination: str
     error: str | None
     turns: list[Turn]
-    messages: str
+    messages: str  # JSON chat messages, for humans
+    # task retrieval's pseudo-skills, written by the policy for the task (retrieval_pseudo_skills)
     pseudo_skills: list[str]
 
-    @classmethod
-    def of_episode(cls, episode: dict, **identity) -> Rollout:
-        """The rollout row of a sampled or evaluated `episode`; `identity`: which episode it is."""
-        return _with_episode(cls, episode, identity)
+
+@dataclass
+class _Start:
+    split: str  # the split of the task index the episode was played from
+    n_prompt_tokens: int  # tokens of the initial prompt (system + first observation)
 
 
-# what says which rollout a row is; the rest of its fields are what the runner played
-_WHICH_ROLLOUT = ("rollout_id", "run", "round", "task_id", "task_type", "sample_idx", "policy_id", "seed")
+Episode = _joined("Episode", _Start, Played, doc="One played episode, as the episode runner returns it.")
 
-# One played episode as the runner records it: per-token lists, outcome, turns and messages (the
-# rollout's fields, in its order, but those that say which rollout it is).
-Episode = make_dataclass(
-    "Episode", [(f.name, f.type) for f in fields(Rollout) if f.name not in _WHICH_ROLLOUT], bases=(_Row,)
+
+@dataclass
+class _WhichRollout:
+    rollout_id: str
+    run: str
+    round: int
+    task_id: str
+    task_type: str
+    split: str  # the split of the task index the episode was played from
+    sample_idx: int
+    policy_id: str
+    seed: Int64
+    n_prompt_tokens: int  # tokens of the initial prompt (system + first observation)
+
+
+Rollout = _joined(
+    "Rollout",
+    _WhichRollout,
+    Played,
+    doc="A sampled or evaluated episode (the sample and eval stages' rows).",
+    base=_EpisodeRow,
+)
+
+
+@dataclass
+class _WhichFork:
+    fork_id: str
+    branch_id: str
+    rollout_id: str
+    task_id: str
+    task_type: str
+    split: str  # the source rollout's split (the fork replays its task)
+    round: int
+    arm: str  # invoke | skip
+    k: int
+    seed: Int64
+    prefix_len: (
+        int  # token_ids[:prefix_len] equal the source rollout's prefix (the lists: prefix + continuation)
+    )
+
+
+@dataclass
+class _AfterBranch:
+    env_steps_after_branch: int  # environment commands from the branch turn on
+    steps_after_branch: int  # agent steps (assistant turns) from the branch turn on
+    malformed_after_branch: int
+
+
+Fork = _joined(
+    "Fork",
+    _WhichFork,
+    Played,
+    _AfterBranch,
+    doc="A continuation from a branch point (the fork stage's rows).",
+    base=_EpisodeRow,
 )
 
 
@@ -119,84 +193,53 @@ class BranchPoint(_Row):
     task_id: str
     task_type: str
     round: int
-    turn_index: int
-    token_offset: int
-    pool: str
+    turn_index: int  # assistant turn of the decision
+    token_offset: int  # prefix = token_ids[:token_offset] of the source rollout
+    pool: str  # post_skill | ordinary
     score: float
-    strategy: str
+    strategy: str  # entropy | random | all_skill
     candidate_skill: str
-    original_decision: str
-    source_env_steps_before: int
-
-
-@dataclass
-class Fork(_Row):
-    fork_id: str
-    branch_id: str
-    rollout_id: str
-    task_id: str
-    task_type: str
-    split: str
-    round: int
-    arm: str
-    k: int
-    seed: int
-    prefix_len: int
-    token_ids: list[int]
-    logprob: list[float]
-    entropy: list[float]
-    role: list[int]
-    turn: list[int]
-    success: bool
-    env_steps: int
-    n_turns: int
-    n_skill_calls: int
-    n_precise_calls: int
-    n_malformed: int
-    termination: str
-    error: str | None
-    turns: list[Turn]
-    messages: str
-    pseudo_skills: list[str]
-    env_steps_after_branch: int
-    steps_after_branch: int
-    malformed_after_branch: int
-
-    @classmethod
-    def of_episode(cls, episode: dict, **identity) -> Fork:
-        """The fork row of a continuation `episode` (its prompt length is the source's, not kept);
-        `identity`: which branch point, arm and continuation it is, and what happened after the branch."""
-        return _with_episode(cls, episode, identity)
+    original_decision: str  # invoke | skip | malformed
+    source_env_steps_before: int  # env steps the source episode took before the branch
 
 
 @dataclass
 class Pair(_Row):
     pair_id: str
-    kind: str
+    kind: str  # episode | local
     task_id: str
     task_type: str
     round: int
-    prompt_ids: list[int]
+    prompt_ids: list[int]  # shared prefix (identical for both sides)
     chosen_ids: list[int]
     rejected_ids: list[int]
-    chosen_role: list[int]
-    rejected_role: list[int]
-    chosen_turn: list[int]
-    rejected_turn: list[int]
-    label_reason: str
+    # per completion token: its role and its assistant-turn index counted from the branch
+    # (0 = the branch turn; episode pairs count from the first assistant turn). Tokens
+    # that are not assistant tokens carry the index of the assistant turn before them.
+    chosen_role: list[Int8]
+    rejected_role: list[Int8]
+    chosen_turn: list[Int16]
+    rejected_turn: list[Int16]
+    # no loss mask: the trainer alone builds the window from role + turn (selskill.train.pairs)
+    label_reason: str  # success_vs_failure | success_rate | efficiency
     chosen_success: bool
     rejected_success: bool
+    # agent steps (assistant turns): after the branch for local pairs, the whole episode for episode pairs
     chosen_steps: int
     rejected_steps: int
-    chosen_arm: str
+    chosen_arm: str  # invoke | skip ("" for episode pairs)
     rejected_arm: str
     branch_id: str
     branch_pool: str
     branch_score: float
     branch_strategy: str
     candidate_skill: str
-    chosen_source: str
+    chosen_source: str  # rollout_id / fork_id the side came from
     rejected_source: str
+    # JSON lists of {"role", "content"} chat messages (roles system | user | assistant | tool, the
+    # episode's own), split where the token ids are: the prompt's messages end before the branch
+    # turn's assistant message (episode pairs: before the first one); each side's run from that
+    # message through its last assistant message (the reply to it was never tokenized)
     prompt_messages: str
     chosen_messages: str
     rejected_messages: str

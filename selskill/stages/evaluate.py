@@ -21,7 +21,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from selskill.agent.runner import EpisodeSpec
+from selskill.agent.episode_host import EpisodeSpec
 from selskill.config.rollout import RolloutConfig
 from selskill.config.run import RunConfig
 from selskill.config.stages import EvalConfig

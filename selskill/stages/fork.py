@@ -14,14 +14,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from selskill.agent.runner import EpisodeSpec, ForkStart
+from selskill.agent.episode_host import EpisodeSpec, ForkStart
 from selskill.agent.turn_format import forced_prefix, render_skill_call
 from selskill.config.run import RunConfig
 from selskill.config.stages import ForkConfig
 from selskill.data.contract import read_stage
 from selskill.data.inputs import StageInputs
 from selskill.data.rank_writer import recorded_games, run_rank
-from selskill.data.records import BranchPoint, Fork
+from selskill.data.records import BranchPoint, Episode, Fork, Played, Rollout
 from selskill.data.stage_stats import StageStats
 from selskill.stages.policy_source import load_policy, sampling_policy_path
 from selskill.stages.round_step import PolicyStep
@@ -32,13 +32,15 @@ from selskill.stages.task_source import game_index, games_identity, record_skipp
 CODE_VERSION = 6  # bump when a change alters the rows this stage writes (completed ranks are then refused)
 
 
-def fork_start(source: dict, branch: BranchPoint, arm: str) -> ForkStart:
-    """The branch turn's listing travels with the prefix: its tokens show that listing, so it is
+def fork_start(source: Played, branch: BranchPoint, arm: str) -> ForkStart:
+    """Where `arm` of `branch` of the `source` rollout starts.
+
+    The branch turn's listing travels with the prefix: its tokens show that listing, so it is
     the one the forced turn is parsed against, and the invoke arm's skill must be in it."""
     t, offset = branch.turn_index, branch.token_offset
-    turns = source["turns"][:t]
-    messages = json.loads(source["messages"])[: source["turns"][t]["message_index"]]
-    listed = list(source["turns"][t]["listed"])
+    turns = source.turns[:t]
+    messages = json.loads(source.messages)[: source.turns[t].message_index]
+    listed = list(source.turns[t].listed)
     if arm == "invoke" and branch.candidate_skill not in listed:
         raise ValueError(
             f"branch {branch.branch_id}: candidate skill {branch.candidate_skill!r} is not among the skills "
@@ -50,14 +52,14 @@ def fork_start(source: dict, branch: BranchPoint, arm: str) -> ForkStart:
     else:
         text = canonical = forced_prefix("skip")
     return ForkStart(
-        token_ids=source["token_ids"][:offset],
-        logprob=source["logprob"][:offset],
-        entropy=source["entropy"][:offset],
-        role=source["role"][:offset],
-        turn=source["turn"][:offset],
+        token_ids=source.token_ids[:offset],
+        logprob=source.logprob[:offset],
+        entropy=source.entropy[:offset],
+        role=source.role[:offset],
+        turn=source.turn[:offset],
         turns=turns,
         messages=messages,
-        env_commands=[c for turn in turns for c in (turn["commands"] or [])],
+        env_commands=[c for turn in turns for c in (turn.commands or [])],
         env_steps_before=branch.source_env_steps_before,
         forced_text=text,
         forced_canonical=canonical,
@@ -66,7 +68,7 @@ def fork_start(source: dict, branch: BranchPoint, arm: str) -> ForkStart:
     )
 
 
-def fork_row(episode: dict, spec: EpisodeSpec, round_: int) -> Fork:
+def fork_row(episode: Episode, spec: EpisodeSpec, round_: int) -> Fork:
     """The fork row of continuation `episode` of `spec` (its branch point and arm in `spec.meta`)."""
     b = spec.meta["branch"]
     return Fork.of_episode(
@@ -81,10 +83,10 @@ def fork_row(episode: dict, spec: EpisodeSpec, round_: int) -> Fork:
         k=spec.meta["k"],
         seed=spec.seed,
         prefix_len=b.token_offset,
-        env_steps_after_branch=episode["env_steps"] - b.source_env_steps_before,
+        env_steps_after_branch=episode.env_steps - b.source_env_steps_before,
         # agent decisions from the branch turn on (the label's efficiency measure)
-        steps_after_branch=episode["n_turns"] - b.turn_index,
-        malformed_after_branch=sum(1 for t in episode["turns"][b.turn_index :] if t["kind"] == "malformed"),
+        steps_after_branch=episode.n_turns - b.turn_index,
+        malformed_after_branch=sum(1 for t in episode.turns[b.turn_index :] if t.kind == "malformed"),
     )
 
 
@@ -97,7 +99,7 @@ class ForkStep(PolicyStep):
     cfg: ForkConfig  # its own section (the field of `RoundStep`, typed)
 
     def specs(
-        self, run: RunConfig, branches: list[BranchPoint], sources: dict[str, dict]
+        self, run: RunConfig, branches: list[BranchPoint], sources: dict[str, Rollout]
     ) -> list[EpisodeSpec]:
         """`fork_k_invoke` and `fork_k_skip` continuations of each branch point, each seeded by its id."""
         specs = []
@@ -114,8 +116,8 @@ class ForkStep(PolicyStep):
                             stable_seed(self.seed, run.round, "fork", fid),
                             fork=start,
                             meta={"branch": b, "arm": arm, "k": k},
-                            split=source["split"],
-                            pseudo_skills=tuple(source["pseudo_skills"] or ()),
+                            split=source.split,
+                            pseudo_skills=tuple(source.pseudo_skills or ()),
                         )
                     )
         return specs
@@ -134,8 +136,8 @@ class ForkStep(PolicyStep):
                 return []
             needed = {b.rollout_id for b in mine}
             rollouts = read_stage(self.stage_dir("sample"), "rollout", run.world_size).to_pylist()
-            sources = {r["rollout_id"]: r for r in rollouts if r["rollout_id"] in needed}
-            split = sources[mine[0].rollout_id]["split"]  # one sample stage: one split
+            sources = {r["rollout_id"]: Rollout.from_row(r) for r in rollouts if r["rollout_id"] in needed}
+            split = sources[mine[0].rollout_id].split  # one sample stage: one split
             index = game_index(run, split)
             record_skipped_games(stats, index)
             policy = load_policy(self.policy, path, self.rollout, self.seed)
@@ -151,8 +153,8 @@ class ForkStep(PolicyStep):
             episodes = play_episodes(runner, specs, f"fork r{run.round} rank {run.rank}")
             out = []
             for spec, episode in zip(specs, episodes, strict=True):
-                stats.tokens += len(episode["token_ids"]) - spec.meta["branch"].token_offset
-                if episode["termination"] == "error":
+                stats.tokens += len(episode.token_ids) - spec.meta["branch"].token_offset
+                if episode.termination == "error":
                     stats.failures["env_error"] += 1
                 out.append(fork_row(episode, spec, run.round).to_row())
             tps = policy.stats()

@@ -16,12 +16,13 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
+from selskill.agent.episode_host import EpisodeSpec
 from selskill.agent.eval_modes import prompt_setup
-from selskill.agent.runner import EpisodeRunner, EpisodeSpec, RunnerConfig
+from selskill.agent.runner import EpisodeRunner, RunnerConfig
 from selskill.agent.turn_format import TurnFormat
 from selskill.config.rollout import RolloutConfig
 from selskill.config.run import RunConfig
-from selskill.data.records import Rollout
+from selskill.data.records import Episode, Rollout
 from selskill.registry import benchmark, benchmark_of_index
 from selskill.skills import SkillLibrary
 from selskill.skills.distractors import library_of_size
@@ -124,7 +125,7 @@ def make_runner(
     )
 
 
-def play_episodes(runner, specs: Sequence[EpisodeSpec], desc: str) -> list[dict]:
+def play_episodes(runner, specs: Sequence[EpisodeSpec], desc: str) -> list[Episode]:
     """`runner.run(specs)` with a progress bar of the episodes as they end."""
     from tqdm.auto import tqdm
 
@@ -132,7 +133,7 @@ def play_episodes(runner, specs: Sequence[EpisodeSpec], desc: str) -> list[dict]
         return runner.run(specs, progress=bar.update)
 
 
-def rollout_row(spec: EpisodeSpec, episode: dict, run: RunConfig, policy_id: str) -> dict:
+def rollout_row(spec: EpisodeSpec, episode: Episode, run: RunConfig, policy_id: str) -> dict:
     """The rollout row of `spec`'s played `episode` (sample and eval: `spec.meta` holds the task type
     and, for a sample, its index `k`)."""
     return Rollout.of_episode(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from selskill.agent.runner import EpisodeSpec
+from selskill.agent.episode_host import EpisodeSpec
 from selskill.config.run import RunConfig
 from selskill.config.stages import SampleConfig
 from selskill.data.inputs import StageInputs
@@ -69,8 +69,8 @@ class SampleStep(PolicyStep):
             episodes = play_episodes(runner, specs, f"sample r{run.round} rank {run.rank}")
             out = []
             for spec, episode in zip(specs, episodes, strict=True):
-                stats.tokens += len(episode["token_ids"])
-                if episode["termination"] == "error":
+                stats.tokens += len(episode.token_ids)
+                if episode.termination == "error":
                     stats.failures["env_error"] += 1
                 out.append(rollout_row(spec, episode, run, policy.policy_id))
             tps = policy.stats()

@@ -34,7 +34,8 @@ def bench_episodes(
 ) -> dict:
     import functools
 
-    from selskill.agent.runner import EpisodeRunner, EpisodeSpec, RunnerConfig
+    from selskill.agent.episode_host import EpisodeSpec
+    from selskill.agent.runner import EpisodeRunner, RunnerConfig
     from selskill.benchmarks.alfworld import load_alfworld_skills
     from selskill.benchmarks.alfworld.env import AlfworldEnv, clear_engine_caches
     from selskill.benchmarks.alfworld.episode import AlfworldHooks
@@ -59,7 +60,7 @@ def bench_episodes(
     policy.clear_cache()
     before, policy_before = policy.stats().generated_tokens, policy.stats().seconds
     t0 = time.perf_counter()
-    rows = runner.run(specs)
+    episodes = runner.run(specs)
     dt = time.perf_counter() - t0
     runner.close()
     gen = policy.stats().generated_tokens - before
@@ -74,7 +75,7 @@ def bench_episodes(
         "policy_seconds": round(policy.stats().seconds - policy_before, 2),
         "episode_process": runner.overlap,
         "ragged_prefill": policy.ragged_prefill,
-        "turns": sum(r["n_turns"] for r in rows),
+        "turns": sum(e.n_turns for e in episodes),
     }
 
 

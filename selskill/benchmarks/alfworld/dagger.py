@@ -40,6 +40,7 @@ from selskill.benchmarks.alfworld.env import AlfworldEnv, GameRecord
 from selskill.benchmarks.alfworld.episode import NAVIGATION, AlfworldHooks
 from selskill.benchmarks.alfworld.init_config import DaggerSettings, DemoBudget, DemoMix
 from selskill.config.init import SftSchedule
+from selskill.data.records import Episode, Turn
 from selskill.envs.base import EnvError
 from selskill.sft.build import fitting, init_device, sft_config, sft_train
 from selskill.sft.demos import Demo, DemoPrompts, DemoSetup
@@ -70,27 +71,26 @@ class DaggerRun:
         return DemoBudget(max_decisions=self.max_decisions, max_env_steps=self.settings.max_env_steps)
 
 
-def _replay(ep: DemoEpisode, turn: dict) -> None:
+def _replay(ep: DemoEpisode, turn: Turn) -> None:
     """Apply one recorded policy turn to `ep` exactly as the episode runner applied it.
 
     Unlike `DemoEpisode.call`, a skill call here is context: it is not recorded among the
     demo's calls and gets no after-failure follow-up from the mix."""
-    kind = turn["kind"]
-    if kind == "action":
-        ep.act(turn["action"], text=turn["text"])
+    if turn.kind == "action":
+        ep.act(turn.action, text=turn.text)
         return
-    if kind == "skill":
-        arguments = json.loads(turn["arguments"]) if turn.get("arguments") else None
-        ep.run_call(turn["skill"], text=turn["text"], arguments=arguments)
+    if turn.kind == "skill":
+        arguments = json.loads(turn.arguments) if turn.arguments else None
+        ep.run_call(turn.skill, text=turn.text, arguments=arguments)
     else:
-        ep.messages.append(ep.fmt.assistant_message(turn["text"]))
+        ep.messages.append(ep.fmt.assistant_message(turn.text))
         ep.state = ep.env.step(MALFORMED_COMMAND)
         ep.env_steps += ep.state.env_steps
         ep.expert.observe(MALFORMED_COMMAND, ep.state)
         ep.messages.append(after_malformed(ep.fmt, ep.state))
 
 
-def disagreements(ep: DemoEpisode, turns: Sequence[dict]) -> list[int]:
+def disagreements(ep: DemoEpisode, turns: Sequence[Turn]) -> list[int]:
     """Replay `turns` on `ep`; the indices of the turns where the expert would have acted otherwise.
 
     Skill calls are never disagreements (whether to call is the mix's business, and the
@@ -100,9 +100,9 @@ def disagreements(ep: DemoEpisode, turns: Sequence[dict]) -> list[int]:
     for i, turn in enumerate(turns):
         if ep.state.won or ep.state.done:
             break
-        if turn["kind"] != "skill":
+        if turn.kind != "skill":
             wanted = ep.expert.next_command()
-            if wanted is not None and (turn["kind"] != "action" or turn["action"] != wanted):
+            if wanted is not None and (turn.kind != "action" or turn.action != wanted):
                 out.append(i)
         _replay(ep, turn)
     return out
@@ -111,7 +111,7 @@ def disagreements(ep: DemoEpisode, turns: Sequence[dict]) -> list[int]:
 def relabel_rollout(
     setup: DemoSetup,
     record: GameRecord,
-    turns: Sequence[dict],
+    turns: Sequence[Turn],
     *,
     rng: random.Random,
     mix: DemoMix,
@@ -161,14 +161,15 @@ def policy_rollouts(
     dagger: DaggerSettings,
     seed: int,
     progress: bool = False,
-) -> list[dict]:
-    """One episode of the policy at `model_dir` per game (rows as the episode runner writes them),
+) -> list[Episode]:
+    """One episode of the policy at `model_dir` per game of `records`, in their order,
     decoded at `dagger`'s temperature and action choice, every skill of the prompts' library listed.
 
     The episodes run where the init's SFT trains (`init_device`): a GPU build would otherwise
     spend its DAgger iterations decoding on the CPU.
     """
-    from selskill.agent.runner import EpisodeRunner, EpisodeSpec, RunnerConfig
+    from selskill.agent.episode_host import EpisodeSpec
+    from selskill.agent.runner import EpisodeRunner, RunnerConfig
     from selskill.policy.hf import HFPolicy
     from selskill.policy.settings import HFSettings
 
@@ -205,12 +206,11 @@ def policy_rollouts(
 
         bar = tqdm(total=len(specs), desc="dagger rollouts", unit="episode")
     try:
-        rows = runner.run(specs, progress=bar.update if bar else None)
+        return runner.run(specs, progress=bar.update if bar else None)
     finally:
         runner.close()
         if bar:
             bar.close()
-    return [{"task_id": spec.task_id, **row} for spec, row in zip(specs, rows, strict=True)]
 
 
 def dagger_demos(
@@ -218,24 +218,23 @@ def dagger_demos(
 ) -> tuple[list[Demo], dict]:
     """Play the policy on `records`, relabel its episodes with the expert; returns demos and stats."""
     seed, budget = run.seed, run.budget
-    rows = policy_rollouts(
+    episodes = policy_rollouts(
         model_dir, records, prompts=run.prompts, budget=budget, dagger=run.settings, seed=seed + iteration,
         progress=run.progress,
     )  # fmt: skip
-    by_id = {r.task_id: r for r in records}
     setup = DemoSetup.of(AlfworldEnv(list(records)), run.prompts, load_alfworld_skills(), NAVIGATION)
     demos: list[Demo] = []
     dropped: Counter = Counter()
-    iterator = rows
+    iterator = zip(records, episodes, strict=True)
     if run.progress:
         from tqdm.auto import tqdm
 
-        iterator = tqdm(rows, desc="dagger relabel", unit="episode")
-    for row in iterator:
-        rng = random.Random(f"selskill-dagger:{seed}:{iteration}:{row['task_id']}")
+        iterator = tqdm(iterator, total=len(episodes), desc="dagger relabel", unit="episode")
+    for record, episode in iterator:
+        rng = random.Random(f"selskill-dagger:{seed}:{iteration}:{record.task_id}")
         try:
             new, lost = relabel_rollout(
-                setup, by_id[row["task_id"]], row["turns"], rng=rng, mix=run.mix, budget=budget,
+                setup, record, episode.turns, rng=rng, mix=run.mix, budget=budget,
                 points=run.settings.points,
             )  # fmt: skip
         except (EnvError, OSError, ValueError, KeyError) as exc:
@@ -244,8 +243,8 @@ def dagger_demos(
         dropped.update(lost)
     stats = {
         "iteration": iteration,
-        "rollouts": len(rows),
-        "rollout_success_rate": round(sum(1 for r in rows if r["success"]) / max(1, len(rows)), 4),
+        "rollouts": len(episodes),
+        "rollout_success_rate": round(sum(1 for e in episodes if e.success) / max(1, len(episodes)), 4),
         "rollouts_relabelled": len({d.task_id for d in demos}),
         "demos": len(demos),
         "dropped": dict(dropped),

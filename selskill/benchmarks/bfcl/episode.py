@@ -55,6 +55,7 @@ from selskill.benchmarks.bfcl.env import DOC_STYLES, render_function_docs
 from selskill.skills.step_records import EpisodePrefix, call_steps
 
 if TYPE_CHECKING:
+    from selskill.data.records import Turn
     from selskill.envs.base import Env, EnvState
 
 # what a demonstration writes to end a user turn (BFCL: a response with no call)
@@ -248,10 +249,10 @@ class BfclHooks(EpisodeHooks):
         return bfcl_first_prefix(state)
 
     def extend_prefix(
-        self, library, prefix: EpisodePrefix, record: dict, state: EnvState, call
+        self, library, prefix: EpisodePrefix, record: Turn, state: EnvState, call
     ) -> EpisodePrefix:
-        if record["kind"] == "skill":
-            return bfcl_prefix_after_skill(prefix, library, record["skill"], call, state)
+        if record.kind == "skill":
+            return bfcl_prefix_after_skill(prefix, library, record.skill, call, state)
         return bfcl_prefix_after_step(prefix, state)
 
     def act(self, fmt: BfclTurnFormat, env: Env, action: str) -> tuple[EnvState, list[str], dict]:
@@ -260,9 +261,9 @@ class BfclHooks(EpisodeHooks):
         reply = after_malformed(fmt, state) if broken_call_list(action) else after_step(fmt, state)
         return state, [command], reply
 
-    def classify(self, record: dict) -> None:
-        if record["kind"] == "action" and broken_call_list(record["action"] or ""):
-            record.update(kind="malformed", reason="bad_call_list")
+    def classify(self, record: Turn) -> None:
+        if record.kind == "action" and broken_call_list(record.action or ""):
+            record.kind, record.reason = "malformed", "bad_call_list"
 
     def malformed(self, fmt: BfclTurnFormat, env: Env) -> tuple[EnvState, list[str], dict]:
         state = env.step(END_TURN_COMMAND)
