@@ -209,7 +209,9 @@ class HFPolicy:
         kv = [(layer.keys[0].clone(), layer.values[0].clone()) for layer in cache.layers]
         self._store(cache_key, ids, kv)
         self._stats.prompt_tokens += len(ids)
-        self._stats.seconds += time.perf_counter() - t0
+        seconds = time.perf_counter() - t0
+        self._stats.seconds += seconds
+        self._stats.prefill_seconds += seconds
 
     # -- generation --------------------------------------------------------------------
 
@@ -240,6 +242,9 @@ class HFPolicy:
         prefilled = self._expand_samples(
             requests, *self._prefill_batch(reuse, new_chunks, params.max_new_tokens)
         )
+        if self.device.type == "cuda":  # the prefill's kernels are queued, not done
+            torch.cuda.synchronize(self.device)
+        self._stats.prefill_seconds += time.perf_counter() - t0
         rows, cache, mask = self._decode(requests, params, *prefilled)
         # store each row's KV (valid positions only) for reuse by its next turn
         for i, (r, j) in enumerate(_sample_rows(requests)):
