@@ -7,7 +7,8 @@ batches the episodes' rows; HF `generate` reads every prompt whole, one at a tim
 left-padded batch. The three read the same prompts, greedily, with the same stop tokens, and
 each reports prefill (reading the prompt) and decode (writing the answer) apart, because the
 first is compute-bound and the second memory-bound: a single tokens/s figure hides which one
-a change helped.
+a change helped. The policy's figures include what the rounds need of it and `generate` does
+not compute: each generated token's log-prob and the exact entropy of its distribution.
 
 Where the episodes come from is the benchmark's business (a benchmark plays greedy episodes
 and hands over `turn_prompts` of their rows); this module only needs token ids.
@@ -32,12 +33,12 @@ class Figures:
     """One way of generating the episodes' turns, timed."""
 
     method: str
-    calls: int  # generate calls (batches)
-    prompt_tokens: int  # tokens of the prompts asked for
-    prefill_tokens: int  # tokens run through the model to read them (KV reuse: fewer; padding: more)
-    prefill_seconds: float
-    generated_tokens: int
-    decode_seconds: float
+    calls: int = 0  # generate calls (batches)
+    prompt_tokens: int = 0  # tokens of the prompts asked for
+    prefill_tokens: int = 0  # tokens run through the model to read them (KV reuse: fewer; padding: more)
+    prefill_seconds: float = 0.0
+    generated_tokens: int = 0
+    decode_seconds: float = 0.0
 
     @property
     def wall_seconds(self) -> float:
@@ -181,18 +182,8 @@ def time_generate(
             groups[-1].append(key)
         else:
             groups.append([key])
-    outputs, figures = (
-        {},
-        Figures(
-            f"HF generate, {'batched (left pad)' if batched else 'one prompt at a time'}",
-            0,
-            0,
-            0,
-            0.0,
-            0,
-            0.0,
-        ),
-    )
+    name = f"HF generate, {'batched (left pad)' if batched else 'one prompt at a time'}"
+    figures, outputs = Figures(name), {}
     for group in groups:
         batch = [list(episodes[e][t]) for e, t in group]
         answers, prefill_s, decode_s = _generate(model, batch, config, pad_id)
