@@ -1,4 +1,5 @@
-"""`selskill bench rollout`: what batching, prefix reuse and exact entropy cost or save.
+"""`selskill bench rollout`: what batching, prefix reuse and exact entropy cost or save; and
+`selskill bench generation`'s episodes (`selskill.policy.generation_bench` times their turns).
 
 Figures come from one run on one machine, so they are comparable with each other; the
 numbers to quote go to docs/benchmarks.md with the command that printed them.
