@@ -161,7 +161,7 @@ BENCH_ROUND ?=
 BENCH_POLICY ?=
 BENCH_RECIPE ?= recipes/tiny.yaml
 bench-dpo: $(STAMP)  ## DPO steps: ours vs stock trl.DPOTrainer (time, loss); BENCH_ROUND=... BENCH_POLICY=...: prefix sharing on a real round; see docs/benchmarks.md
-	WANDB_MODE=disabled OMP_NUM_THREADS=1 $(BIN)/python pipelines/bench_dpo_step.py $(if $(BENCH_ROUND),--round $(BENCH_ROUND) --policy $(BENCH_POLICY) --recipe $(BENCH_RECIPE) --train-stage)
+	WANDB_MODE=disabled OMP_NUM_THREADS=1 $(BIN)/selskill bench dpo-step $(if $(BENCH_ROUND),--round $(BENCH_ROUND) --policy $(BENCH_POLICY) --recipe $(BENCH_RECIPE) --train-stage)
 
 # --- report and pair-inspection notebook ---------------------------------------------------
 EXP ?= tiny

@@ -461,3 +461,16 @@ def test_dataset_cache_key_covers_every_train_key(tmp_path):
     for change in ({"train_branch_pools": "ordinary"}, {"train_max_pairs": 7}, {"train_window_n": "1"},
                    {"max_length": 512}, {"seed": 3}):  # fmt: skip
         assert _dataset_key("label-a", dataclasses.replace(cfg, **change)) != base, change
+
+
+def test_bench_dpo_step_gives_stock_trl_s_losses(capsys):
+    """`selskill bench dpo-step` on synthetic pairs: our step and stock TRL's see the same batch and lose alike."""
+    from selskill.cli import main
+
+    argv = ["bench", "dpo-step", "--pairs", "2", "--prompt", "16", "--completion", "24"]
+    assert main([*argv, "--steps", "2", "--warmup", "1", "--hidden", "64", "--layers", "1"]) == 0
+    out = capsys.readouterr().out
+    assert float(re.search(r"max \|diff\| over all steps (\S+)", out).group(1)) < 1e-6
+    assert re.search(r"ratio ours/stock \d+\.\d+", out)
+    assert main(["bench", "dpo-step", "--round", "runs/x/round_1"]) == 2
+    assert capsys.readouterr().err == "error: --round needs --policy, the model directory that round trains\n"

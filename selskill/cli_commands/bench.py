@@ -135,6 +135,34 @@ def _profile(args: argparse.Namespace) -> int:
     return 0
 
 
+def _dpo_step_arguments(b: argparse.ArgumentParser) -> None:
+    b.add_argument("--pairs", type=int, default=4, help="pairs per batch (default 4)")
+    b.add_argument("--prompt", type=int, default=384, help="prompt tokens per pair (default 384)")
+    b.add_argument("--completion", type=int, default=256, help="completion tokens per side (default 256)")
+    b.add_argument("--steps", type=int, default=20, help="timed steps per trainer (default 20)")
+    b.add_argument("--warmup", type=int, default=3, help="untimed steps per trainer first (default 3)")
+    b.add_argument(
+        "--hidden", type=int, default=256, help="hidden size (default 256: the offline tiny policy)"
+    )
+    b.add_argument("--layers", type=int, default=4, help="decoder layers (default 4)")
+    b.add_argument("--bf16", action="store_true", help="bf16 mixed precision (GPU)")
+    b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--round", help="a round directory whose label/shards hold real pairs (round mode)")
+    b.add_argument("--policy", help="round mode: the policy that round trains (a model directory)")
+    b.add_argument(
+        "--recipe", default="recipes/tiny.yaml", help="round mode: whose train section fits the pairs"
+    )
+    b.add_argument(
+        "--train-stage", action="store_true", help="round mode: also time the whole train stage per mode"
+    )
+
+
+def _dpo_step(args: argparse.Namespace) -> int:
+    from selskill.train.bench_dpo_step import main as bench_dpo_step_main
+
+    return bench_dpo_step_main(args)
+
+
 COMMANDS = [
     Command(
         "retrieval",
@@ -213,5 +241,18 @@ COMMANDS = [
         "model. Needs CUDA.",
         add_arguments=_policy_gpu_arguments,
         run=_policy_gpu,
+    ),
+    Command(
+        "dpo-step",
+        help="DPO steps: SelSkillDPOTrainer vs stock trl.DPOTrainer on the same batches (time, loss)",
+        description="Without --round: synthetic pairs; the same tokenized batch, model and reference (another "
+        "seed) go through one step (forward + backward + AdamW) of our trainer and of TRL's, in turns; prints "
+        "both loss trajectories (they must agree) and the median step time ratio. With --round DIR --policy "
+        "MODEL: that round's pairs, fitted by --recipe's train section, go through stock TRL and ours with "
+        "prefix sharing none, pair and branch, one branch point per step; prints tokens, seconds and loss per "
+        "mode and pair kind; --train-stage then times the whole train stage once per mode. Example: "
+        "OMP_NUM_THREADS=1 selskill bench dpo-step --pairs 4 --prompt 384 --completion 256 --steps 20",
+        add_arguments=_dpo_step_arguments,
+        run=_dpo_step,
     ),
 ]

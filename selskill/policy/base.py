@@ -54,6 +54,10 @@ class ThroughputStats:
     prompt_tokens: int = 0
     generated_tokens: int = 0
     seconds: float = 0.0
+    # the part of `seconds` spent reading prompts into the KV cache (the rest decodes), where the
+    # backend can tell them apart: prefill is compute-bound and decoding memory-bound, so one
+    # tokens/s figure for both says little
+    prefill_seconds: float = 0.0
     extra: dict = field(default_factory=dict)
 
     @property

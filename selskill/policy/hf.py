@@ -16,7 +16,6 @@ it ran alone (up to floating-point reduction order).
 
 from __future__ import annotations
 
-import functools
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -25,6 +24,7 @@ from dataclasses import dataclass
 import torch
 
 from selskill.policy.base import Generation, GenerationRequest, SamplingParams, ThroughputStats
+from selskill.policy.kv_attention import CPU_GQA_SDPA, prealloc_layer_class, register_cpu_gqa_sdpa
 from selskill.policy.settings import HFSettings
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -42,116 +42,6 @@ class _Stored:
         return sum(k.nbytes + v.nbytes for k, v in self.kv)
 
 
-@functools.lru_cache(maxsize=1)
-def _prealloc_layer_class():
-    from transformers.cache_utils import DynamicLayer
-
-    class PreallocLayer(DynamicLayer):
-        """A DynamicLayer whose keys/values live in a buffer with room to grow.
-
-        The stock layer concatenates its whole cache at every decode step (a full copy per
-        layer per token); here new states are written in place and `keys`/`values` are views.
-        """
-
-        def __init__(self, keys: torch.Tensor, values: torch.Tensor, extra: int):
-            super().__init__()
-            b, h, n, d = keys.shape
-            self._k = keys.new_empty(b, h, n + extra, d)
-            self._v = values.new_empty(b, h, n + extra, d)
-            self._k[:, :, :n] = keys
-            self._v[:, :, :n] = values
-            self._n = n
-            self.dtype, self.device, self.is_initialized = keys.dtype, keys.device, True
-            self._views()
-
-        @classmethod
-        def over(cls, keys: torch.Tensor, values: torch.Tensor, n: int):
-            """A layer over existing buffers (no copy): the first `n` positions are filled."""
-            layer = cls.__new__(cls)
-            DynamicLayer.__init__(layer)
-            layer._k, layer._v, layer._n = keys, values, n
-            layer.dtype, layer.device, layer.is_initialized = keys.dtype, keys.device, True
-            layer._views()
-            return layer
-
-        def _views(self) -> None:
-            self.keys, self.values = self._k[:, :, : self._n], self._v[:, :, : self._n]
-
-        def update(self, key_states, value_states, *args, **kwargs):
-            n2 = self._n + key_states.shape[-2]
-            if n2 > self._k.shape[2]:  # grow geometrically
-                grow = max(n2, 2 * self._k.shape[2]) - self._k.shape[2]
-                pad = self._k.new_empty(*self._k.shape[:2], grow, self._k.shape[3])
-                self._k, self._v = torch.cat([self._k, pad], 2), torch.cat([self._v, pad.clone()], 2)
-            self._k[:, :, self._n : n2] = key_states
-            self._v[:, :, self._n : n2] = value_states
-            self._n = n2
-            self._views()
-            return self.keys, self.values
-
-        def get_seq_length(self) -> int:
-            return self._n
-
-        def batch_select_indices(self, indices: torch.Tensor) -> None:
-            self._k, self._v = self._k[indices], self._v[indices]
-            self._views()
-
-        def batch_repeat_interleave(self, repeats: int) -> None:
-            self._k = self._k.repeat_interleave(repeats, dim=0)
-            self._v = self._v.repeat_interleave(repeats, dim=0)
-            self._views()
-
-    return PreallocLayer
-
-
-def _cpu_gqa_sdpa(
-    module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kwargs
-):
-    """transformers' sdpa attention, but grouped-query attention stays grouped on CPU under a mask.
-
-    With an attention mask (every batched call here has one), transformers copies K/V to all
-    query heads (`repeat_kv`) before calling torch's SDPA: a full copy of every row's KV cache
-    per layer per decode step. torch's `enable_gqa` gives the same result without the copy,
-    which is most of the attention's time on a CPU (docs/benchmarks.md, "After the engine and
-    KV fixes"); the outputs are identical.
-    """
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
-    if (
-        query.device.type == "cpu"
-        and attention_mask is not None
-        and getattr(module, "num_key_value_groups", 1) > 1
-        and kwargs.get("position_bias") is None
-        and not kwargs.get("output_attentions", False)
-    ):
-        out = torch.nn.functional.scaled_dot_product_attention(
-            query, key, value, attn_mask=attention_mask, dropout_p=dropout, scale=scaling, enable_gqa=True
-        )
-        return out.transpose(1, 2).contiguous(), None
-    return sdpa_attention_forward(
-        module,
-        query,
-        key,
-        value,
-        attention_mask,
-        dropout=dropout,
-        scaling=scaling,
-        is_causal=is_causal,
-        **kwargs,
-    )
-
-
-CPU_GQA_SDPA = "selskill_cpu_gqa_sdpa"
-
-
-def _register_attention() -> None:
-    from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
-
-    AttentionInterface.register(CPU_GQA_SDPA, _cpu_gqa_sdpa)
-    AttentionMaskInterface.register(CPU_GQA_SDPA, sdpa_mask)  # the same masks sdpa gets (else: none at all)
-
-
 def token_logprob_entropy(logits: torch.Tensor, chunk_rows: int = 8, entropy: bool = True):
     """log-softmax and entropy of the T=1 distribution, row-chunked to bound memory."""
     logps, ents = [], []
@@ -164,13 +54,13 @@ def token_logprob_entropy(logits: torch.Tensor, chunk_rows: int = 8, entropy: bo
 
 
 def _load_model(path: str, settings: HFSettings, device: torch.device):
-    """The model in the settings' dtype; on CPU with grouped attention kept grouped (`_cpu_gqa_sdpa`)."""
+    """The model in the settings' dtype; on CPU with grouped attention kept grouped (`kv_attention.cpu_gqa_sdpa`)."""
     from transformers import AutoModelForCausalLM
 
     common = {"dtype": _DTYPES[settings.dtype], "trust_remote_code": settings.trust_remote_code}
     if device.type != "cpu" or settings.trust_remote_code:
         return AutoModelForCausalLM.from_pretrained(path, **common)
-    _register_attention()
+    register_cpu_gqa_sdpa()
     try:
         return AutoModelForCausalLM.from_pretrained(path, attn_implementation=CPU_GQA_SDPA, **common)
     except ValueError:  # an architecture that refuses custom attention functions
@@ -333,7 +223,9 @@ class HFPolicy:
         kv = [(layer.keys[0].clone(), layer.values[0].clone()) for layer in cache.layers]
         self._store(cache_key, ids, kv)
         self._stats.prompt_tokens += len(ids)
-        self._stats.seconds += time.perf_counter() - t0
+        seconds = time.perf_counter() - t0
+        self._stats.seconds += seconds
+        self._stats.prefill_seconds += seconds
 
     # -- generation --------------------------------------------------------------------
 
@@ -364,6 +256,9 @@ class HFPolicy:
         prefilled = self._expand_samples(
             requests, *self._prefill_batch(reuse, new_chunks, params.max_new_tokens)
         )
+        if self.device.type == "cuda":  # the prefill's kernels are queued, not done
+            torch.cuda.synchronize(self.device)
+        self._stats.prefill_seconds += time.perf_counter() - t0
         rows, cache, mask = self._decode(requests, params, *prefilled)
         # store each row's KV (valid positions only) for reuse by its next turn
         for i, (r, j) in enumerate(_sample_rows(requests)):
@@ -461,7 +356,7 @@ class HFPolicy:
         # one preallocated buffer per layer: [left pad | reused KV] now, the new chunk and every
         # generated token written in place later (no per-step concatenation of the whole cache)
         cache = DynamicCache()
-        layer_cls = _prealloc_layer_class()
+        layer_cls = prealloc_layer_class()
         if P > 0:
             ref = next(st for _, st in reuse if st is not None)
             layers = []
@@ -498,7 +393,7 @@ class HFPolicy:
         from transformers import DynamicCache
 
         dev = self.device
-        layer_cls = _prealloc_layer_class()
+        layer_cls = prealloc_layer_class()
         lens = [L + len(c) for (L, _), c in zip(reuse, new_chunks, strict=True)]
         W, B = max(lens), len(new_chunks)
         cfg = self.model.config.get_text_config()

