@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from trl import DPOConfig, ModelConfig
 
-from selskill.config.checks import check_above, check_at_least
+from selskill.config.checks import check_above, check_at_least, check_declared_choices
 from selskill.config.window import DEFAULT_WINDOW_N, WINDOW_ALL, parse_window_n
 
 PAIR_KIND_CHOICES = ("episode", "local", "both")
@@ -212,39 +212,14 @@ class TrainConfig(DPOConfig, ModelConfig):
     )
 
     def __post_init__(self):
-        if self.train_objective not in OBJECTIVE_CHOICES:
-            raise ValueError(
-                f"train_objective must be one of {', '.join(OBJECTIVE_CHOICES)}; got {self.train_objective!r}"
-            )
-        if self.train_pair_kinds not in PAIR_KIND_CHOICES:
-            raise ValueError(
-                f"train_pair_kinds must be one of {', '.join(PAIR_KIND_CHOICES)}; got {self.train_pair_kinds!r}"
-            )
-        if self.train_branch_pools not in BRANCH_POOL_CHOICES:
-            raise ValueError(
-                f"train_branch_pools must be one of {', '.join(BRANCH_POOL_CHOICES)}; got {self.train_branch_pools!r}"
-            )
-        if self.train_local_reasons not in LOCAL_REASON_CHOICES:
-            raise ValueError(
-                f"train_local_reasons must be one of {', '.join(LOCAL_REASON_CHOICES)}; got {self.train_local_reasons!r}"
-            )
-        if self.train_prefix_sharing not in PREFIX_SHARING_CHOICES:
-            raise ValueError(
-                f"train_prefix_sharing must be one of {', '.join(PREFIX_SHARING_CHOICES)}; got {self.train_prefix_sharing!r}"
-            )
-        if self.train_max_pairs < 0:
-            raise ValueError(f"train_max_pairs must be >= 0 (0 = no limit); got {self.train_max_pairs}")
-        if self.train_overflow not in OVERFLOW_CHOICES:
-            raise ValueError(
-                f"train_overflow must be one of {', '.join(OVERFLOW_CHOICES)}; got {self.train_overflow!r}"
-            )
+        check_declared_choices(self)
+        check_at_least(self, 0, "train_max_pairs", why="0 = no limit")
         if not (self.train_local_fraction == -1.0 or 0.0 < self.train_local_fraction < 1.0):
             raise ValueError(
                 f"train_local_fraction must be in (0, 1), or -1 for the natural mix; got {self.train_local_fraction} "
                 f"(to train one kind only, set train_pair_kinds: episode or local)"
             )
-        if self.train_keep_head_messages < 0:
-            raise ValueError(f"train_keep_head_messages must be >= 0; got {self.train_keep_head_messages}")
+        check_at_least(self, 0, "train_keep_head_messages")
         n = parse_window_n(self.train_window_n)
         self.train_window_n = WINDOW_ALL if n is None else str(n)
         if self.max_length is not None and self.max_length < 8:
