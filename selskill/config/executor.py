@@ -8,10 +8,10 @@ and default from it, and `ExecutorConfig.slurm` builds it from them, so each is 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from selskill.config.checks import check_at_least, check_choice
-from selskill.config.keys import KeysOf, recipe_section, settings_of
+from selskill.config.keys import KeysOf, key, recipe_section, settings_of
 from selskill.config.names import EXECUTORS
 
 
@@ -37,19 +37,15 @@ class ExecutorConfig:
 
     _argument_group_name = "executor"  # its heading in `--help`
 
-    executor: str = field(
-        default="local",
-        metadata={
-            "help": "local (this machine) | slurm (one sbatch --array per stage; add --dry_run to print the "
-            "scripts) | ray (one Ray task per rank)"
-        },
+    executor: str = key(
+        "local",
+        "local (this machine) | slurm (one sbatch --array per stage; add --dry_run to print the "
+        "scripts) | ray (one Ray task per rank)",
     )
-    local_workers: int = field(
-        default=0,
-        metadata={
-            "help": "executor local, world_size > 1: worker processes at once (0 = one per rank; 1 = every rank "
-            "in this process, one after another)"
-        },
+    local_workers: int = key(
+        0,
+        "executor local, world_size > 1: worker processes at once (0 = one per rank; 1 = every rank "
+        "in this process, one after another)",
     )
     _slurm = KeysOf(
         SlurmOptions,
@@ -69,17 +65,13 @@ class ExecutorConfig:
             "slurm_poll_seconds": "executor slurm with slurm_wait: seconds between looks at the markers",
         },
     )
-    ray_address: str = field(
-        default="",
-        metadata={
-            "help": "executor ray: ray.init address (empty: a local Ray instance for the round; auto: the cluster)"
-        },
+    ray_address: str = key(
+        "", "executor ray: ray.init address (empty: a local Ray instance for the round; auto: the cluster)"
     )
-    ray_cpus_per_task: float = field(default=1.0, metadata={"help": "executor ray: CPUs of each rank's task"})
-    ray_gpus_per_task: float = field(default=0.0, metadata={"help": "executor ray: GPUs of each rank's task"})
-    ray_train_gpus: float = field(
-        default=0.0,
-        metadata={"help": "executor ray: GPUs of the one-job stages, init and train (0 = ray_gpus_per_task)"},
+    ray_cpus_per_task: float = key(1.0, "executor ray: CPUs of each rank's task")
+    ray_gpus_per_task: float = key(0.0, "executor ray: GPUs of each rank's task")
+    ray_train_gpus: float = key(
+        0.0, "executor ray: GPUs of the one-job stages, init and train (0 = ray_gpus_per_task)"
     )
 
     def __post_init__(self):

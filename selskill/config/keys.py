@@ -22,6 +22,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 
+def key(default, help: str, **metadata) -> dataclasses.Field:
+    """A recipe key's field: its default, its `--help` text and any other argparse metadata (`choices`)."""
+    return dataclasses.field(default=default, metadata={"help": help, **metadata})
+
+
 def recipe_fields(dtype) -> tuple[dataclasses.Field, ...]:
     """The fields of section `dtype` (a class or an instance) that are recipe keys."""
     not_keys = getattr(dtype, "_not_recipe_keys", ())
@@ -64,9 +69,9 @@ def recipe_section(cls: type) -> type:
     for name, value in list(cls.__dict__.items()):
         if isinstance(value, KeysOf):  # stays a class attribute (no field): the group, by its name
             groups.append(value)
-            for key, setting in value.fields().items():
-                annotations[key], default = value.setting(setting)
-                setattr(cls, key, dataclasses.field(default=default, metadata={"help": value.help[key]}))
+            for name_of_key, setting in value.fields().items():
+                annotations[name_of_key], default = value.setting(setting)
+                setattr(cls, name_of_key, key(default, value.help[name_of_key]))
         elif name in own:
             annotations[name] = own[name]
     cls.__annotations__ = {**{n: own[n] for n in own if n not in annotations}, **annotations}

@@ -7,10 +7,10 @@ plugin's recipe section, carries these keys.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 from selskill.config.checks import check_at_least, check_share
-from selskill.config.keys import KeysOf, recipe_section, settings_of
+from selskill.config.keys import KeysOf, key, recipe_section, settings_of
 
 # --- BFCL's demonstrations ---------------------------------------------------------------------
 
@@ -35,12 +35,10 @@ class BfclDemoMix:
 class BfclInitKeys:
     """The init keys of BFCL's recipe section."""
 
-    init_bfcl_tasks: int = field(
-        default=0,
-        metadata={
-            "help": "benchmark bfcl: train tasks demonstrated, the first N in the order the sample stage takes "
-            "them (0 = every task of the train split)"
-        },
+    init_bfcl_tasks: int = key(
+        0,
+        "benchmark bfcl: train tasks demonstrated, the first N in the order the sample stage takes "
+        "them (0 = every task of the train split)",
     )
     _mix = KeysOf(
         BfclDemoMix,
