@@ -31,21 +31,11 @@ class StageDir:
         """The `runs_dir` this stage lies under (<runs_dir>/<exp>/round_<r>/<stage>)."""
         return self.path.parents[2]
 
-    @property
-    def shards(self) -> Path:
-        return self.path / "shards"
-
-    @property
-    def completions(self) -> Path:
-        return self.path / "completions"
-
-    @property
-    def stats(self) -> Path:
-        return self.path / "stats"
-
-    @property
-    def config(self) -> Path:
-        return self.path / "config.yaml"
+    # the stage's parts, below its directory
+    shards = property(lambda self: self.path / "shards")
+    completions = property(lambda self: self.path / "completions")
+    stats = property(lambda self: self.path / "stats")
+    config = property(lambda self: self.path / "config.yaml")
 
     def shard(self, rank: int) -> Path:
         return self.shards / f"{rank:05d}.parquet"
