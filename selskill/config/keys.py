@@ -83,4 +83,4 @@ def settings_of(section, settings: type, **given):
     """The `settings` object that `section`'s `KeysOf(settings, ...)` keys configure; `given`: its fields
     that are no keys of this group (another group's object, another section's value)."""
     (group,) = (g for g in type(section)._keys_of if g.settings is settings)
-    return settings(**{name: getattr(section, key) for key, name in group.fields().items()}, **given)
+    return settings(**{name: getattr(section, k) for k, name in group.fields().items()}, **given)
