@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from selskill.config import make_parser
+from selskill.train.run import make_parser  # the sections training reads: run, policy, train
 
 __all__ = ["main", "make_parser"]
 

@@ -17,17 +17,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-# stage directory -> (row kind in selskill.data.schema, the entry point that writes it)
+# stage directory -> (row kind in selskill.data.schema, the stage that writes it: `python -m selskill.stages
+# <stage>`); eval-headroom is the eval stage's first split played without skills (eval_headroom)
 STAGE_KINDS = {
-    "sample": ("rollout", "pipelines/sample.py"),
-    "branch": ("branch", "pipelines/branch.py"),
-    "fork": ("fork", "pipelines/fork.py"),
-    "label": ("pair", "pipelines/label.py"),
-    "eval": ("rollout", "pipelines/evaluate.py"),
-    "eval-headroom": (
-        "rollout",
-        "pipelines/evaluate.py",
-    ),  # the first eval split without skills (eval_headroom)
+    "sample": ("rollout", "sample"),
+    "branch": ("branch", "branch"),
+    "fork": ("fork", "fork"),
+    "label": ("pair", "label"),
+    "eval": ("rollout", "eval"),
+    "eval-headroom": ("rollout", "eval"),
 }
 
 
@@ -48,11 +46,11 @@ def _stage_dir(run_dir: str | Path, round: int, stage: str):
     from selskill.data.layout import StageDir
 
     run_dir = Path(run_dir)
-    kind, script = STAGE_KINDS[stage]
+    kind, writer = STAGE_KINDS[stage]
     if not run_dir.is_dir():
         raise FileNotFoundError(
             f"no run directory {run_dir}: run_dir is an experiment directory, runs/<exp> (the one that holds "
-            "round_<r>/), written by `make round ROUND=1 EXP=<exp>`"
+            "round_<r>/), written by `selskill round --config RECIPE --exp <exp> --round 1`"
         )
     sd = StageDir.of(run_dir.parent, run_dir.name, round, stage)
     if not sd.path.is_dir():
@@ -63,8 +61,8 @@ def _stage_dir(run_dir: str | Path, round: int, stage: str):
             else "no round_<r>/ here at all: run_dir is runs/<exp>, the directory that holds round_<r>/"
         )
         produce = (
-            f"run that stage (`python {script} --config RECIPE --round {round}`, once per rank) or the whole "
-            f"round (`make round ROUND={round}`)"
+            f"run that stage (`python -m selskill.stages {writer} --config RECIPE --round {round}`, once per "
+            f"rank) or the whole round (`selskill round --config RECIPE --round {round}`)"
         )
         raise FileNotFoundError(f"no {stage} stage at {sd.path} ({where}): {produce}")
     return sd, kind

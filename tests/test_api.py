@@ -76,11 +76,12 @@ def test_a_missing_stage_names_its_path_and_how_to_produce_it(run):
     with pytest.raises(FileNotFoundError, match="no label stage at") as err:
         selskill.load_pairs(run, 2)
     assert str(path) in str(err.value)
-    assert "pipelines/label.py" in str(err.value) and "make round ROUND=2" in str(err.value)
+    assert "python -m selskill.stages label --config RECIPE --round 2" in str(err.value)
+    assert "selskill round --config RECIPE --round 2" in str(err.value) and "pipelines/" not in str(err.value)
     with pytest.raises(FileNotFoundError, match="rounds here: 0, 1, 2"):
         selskill.load_forks(run, 7)
     with pytest.raises(
-        FileNotFoundError, match=r"pipelines/evaluate.py --config RECIPE --round 7`, once per rank"
+        FileNotFoundError, match=r"selskill.stages eval --config RECIPE --round 7`, once per rank"
     ):
         selskill.load_eval(run, 7)
 

@@ -465,6 +465,30 @@ def test_every_recipe_key_is_one_field_of_one_section():
     )
 
 
+def test_a_settings_class_is_the_one_place_its_keys_type_and_default_are_written():
+    """Keys declared with `KeysOf` take the type and default of the settings field each sets, and
+    `settings_of` builds the settings object from the keys' values (a key set to another value reaches it)."""
+    import dataclasses
+    import typing
+
+    from selskill.config import recipe_dataclasses
+    from selskill.config.keys import settings_of
+
+    groups = 0
+    for section in recipe_dataclasses():
+        hints, fields = typing.get_type_hints(section), {f.name: f for f in dataclasses.fields(section)}
+        for group in getattr(section, "_keys_of", ()):
+            groups += 1
+            own = {f.name: f.default for f in dataclasses.fields(group.settings)}
+            for key, name in group.fields().items():
+                assert hints[key] == typing.get_type_hints(group.settings)[name], key
+                assert fields[key].default == own[name] and fields[key].metadata["help"], key
+    assert groups >= 8  # init: tokenizer, model, SFT; slurm; ALFWorld: demos, budget, mix, DAgger; BFCL: mix
+    from selskill.config.init import InitConfig, SftSchedule
+
+    assert settings_of(InitConfig(init_lr=0.5), SftSchedule) == SftSchedule(lr=0.5)
+
+
 def test_run_wide_keys_are_the_run_sections_and_reach_trl_through_the_train_stage():
     """`dry_run`, `report_to` and `log_level` are run keys, spelt as TRL spells them; the DPOConfig the train
     stage builds takes them, and the seed, from the run section."""

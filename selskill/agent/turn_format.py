@@ -240,13 +240,9 @@ class TurnFormat:
             parts.append("Admissible commands: " + shown)
         return "\n".join(p for p in parts if p)
 
-    def observation_message(
-        self,
-        observation: str,
-        admissible_commands: Sequence[str] | None = None,
-        task: str | None = None,
-    ) -> dict:
-        return {"role": "user", "content": self.observation_text(observation, admissible_commands, task)}
+    def observation_message(self, *args, **kwargs) -> dict:
+        """`observation_text`'s text (same arguments) as the user's message."""
+        return {"role": "user", "content": self.observation_text(*args, **kwargs)}
 
     def skill_return_message(self, text: str) -> dict:
         return {"role": "tool", "content": text}

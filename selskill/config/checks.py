@@ -45,6 +45,16 @@ def check_choice(cfg, key: str, choices: Sequence[str], why: str = "") -> None:
         raise bad_value(key, value, f"one of {', '.join(map(str, choices))}", why)
 
 
+def check_declared_choices(cfg) -> None:
+    """Each key that section `cfg` declares with `choices` in its field's metadata takes one of them: argparse
+    holds a command-line value to them, not a recipe file's. Keys the section inherits (TRL's) are left to
+    the code that declares them."""
+    own = vars(type(cfg)).get("__annotations__", {})
+    for f in recipe_fields(cfg):
+        if f.name in own and "choices" in f.metadata:
+            check_choice(cfg, f.name, f.metadata["choices"])
+
+
 def check_share(cfg, *keys: str, why: str = "a probability") -> None:
     """Rates and shares: 0 <= value <= 1."""
     for key in keys:

@@ -2,16 +2,16 @@
 
 None of these keys changes a row, so no stage records them among its inputs: they are a
 section of their own, never handed to a stage. The `slurm_*` keys configure `SlurmOptions`,
-whose fields hold their defaults: the keys take theirs from it and `ExecutorConfig.slurm`
-builds it from them (`prefixed_values`), so each is written once.
+whose fields hold their defaults: each key names the field it sets (`KeysOf`) and takes its type
+and default from it, and `ExecutorConfig.slurm` builds it from them, so each is written once.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from selskill.config.checks import check_at_least, check_choice
-from selskill.config.keys import prefixed_values
+from selskill.config.keys import KeysOf, key, recipe_section, settings_of
 from selskill.config.names import EXECUTORS
 
 
@@ -31,80 +31,47 @@ class SlurmOptions:
     poll_seconds: float = 30.0
 
 
-@dataclass
+@recipe_section
 class ExecutorConfig:
     """Where and with what resources the ranks of each stage run."""
 
     _argument_group_name = "executor"  # its heading in `--help`
 
-    executor: str = field(
-        default="local",
-        metadata={
-            "help": "local (this machine) | slurm (one sbatch --array per stage; add --dry_run to print the "
-            "scripts) | ray (one Ray task per rank)"
+    executor: str = key(
+        "local",
+        "local (this machine) | slurm (one sbatch --array per stage; add --dry_run to print the "
+        "scripts) | ray (one Ray task per rank)",
+    )
+    local_workers: int = key(
+        0,
+        "executor local, world_size > 1: worker processes at once (0 = one per rank; 1 = every rank "
+        "in this process, one after another)",
+    )
+    _slurm = KeysOf(
+        SlurmOptions,
+        "slurm_",
+        {
+            "slurm_partition": "executor slurm: --partition (empty: the default)",
+            "slurm_time": "executor slurm: --time per job, e.g. 04:00:00",
+            "slurm_cpus_per_task": "executor slurm: --cpus-per-task",
+            "slurm_gpus_per_task": "executor slurm: GPUs of each rank's job (--gres=gpu:N)",
+            "slurm_train_gpus": "executor slurm: GPUs of the one-job stages, init and train (0 = slurm_gpus_per_task)",
+            "slurm_mem": "executor slurm: --mem per job, e.g. 64G",
+            "slurm_array_parallelism": "executor slurm: at most this many ranks of a stage at once (0 = no limit)",
+            "slurm_sbatch_args": "executor slurm: more sbatch options, one #SBATCH line each "
+            "(e.g. '--account=a --qos=b')",
+            "slurm_wait": "executor slurm: wait until every stage's completion markers are written, then print the "
+            "round's summary (false: return once the jobs are queued)",
+            "slurm_poll_seconds": "executor slurm with slurm_wait: seconds between looks at the markers",
         },
     )
-    local_workers: int = field(
-        default=0,
-        metadata={
-            "help": "executor local, world_size > 1: worker processes at once (0 = one per rank; 1 = every rank "
-            "in this process, one after another)"
-        },
+    ray_address: str = key(
+        "", "executor ray: ray.init address (empty: a local Ray instance for the round; auto: the cluster)"
     )
-    slurm_partition: str = field(
-        default=SlurmOptions.partition, metadata={"help": "executor slurm: --partition (empty: the default)"}
-    )
-    slurm_time: str = field(
-        default=SlurmOptions.time, metadata={"help": "executor slurm: --time per job, e.g. 04:00:00"}
-    )
-    slurm_cpus_per_task: int = field(
-        default=SlurmOptions.cpus_per_task, metadata={"help": "executor slurm: --cpus-per-task"}
-    )
-    slurm_gpus_per_task: int = field(
-        default=SlurmOptions.gpus_per_task,
-        metadata={"help": "executor slurm: GPUs of each rank's job (--gres=gpu:N)"},
-    )
-    slurm_train_gpus: int = field(
-        default=SlurmOptions.train_gpus,
-        metadata={
-            "help": "executor slurm: GPUs of the one-job stages, init and train (0 = slurm_gpus_per_task)"
-        },
-    )
-    slurm_mem: str = field(
-        default=SlurmOptions.mem, metadata={"help": "executor slurm: --mem per job, e.g. 64G"}
-    )
-    slurm_array_parallelism: int = field(
-        default=SlurmOptions.array_parallelism,
-        metadata={"help": "executor slurm: at most this many ranks of a stage at once (0 = no limit)"},
-    )
-    slurm_sbatch_args: str = field(
-        default=SlurmOptions.sbatch_args,
-        metadata={
-            "help": "executor slurm: more sbatch options, one #SBATCH line each (e.g. '--account=a --qos=b')"
-        },
-    )
-    slurm_wait: bool = field(
-        default=SlurmOptions.wait,
-        metadata={
-            "help": "executor slurm: wait until every stage's completion markers are written, then print the "
-            "round's summary (false: return once the jobs are queued)"
-        },
-    )
-    slurm_poll_seconds: float = field(
-        default=SlurmOptions.poll_seconds,
-        metadata={"help": "executor slurm with slurm_wait: seconds between looks at the markers"},
-    )
-    ray_address: str = field(
-        default="",
-        metadata={
-            "help": "executor ray: ray.init address (empty: a local Ray instance for the round; auto: the cluster)"
-        },
-    )
-    ray_cpus_per_task: float = field(default=1.0, metadata={"help": "executor ray: CPUs of each rank's task"})
-    ray_gpus_per_task: float = field(default=0.0, metadata={"help": "executor ray: GPUs of each rank's task"})
-    ray_train_gpus: float = field(
-        default=0.0,
-        metadata={"help": "executor ray: GPUs of the one-job stages, init and train (0 = ray_gpus_per_task)"},
+    ray_cpus_per_task: float = key(1.0, "executor ray: CPUs of each rank's task")
+    ray_gpus_per_task: float = key(0.0, "executor ray: GPUs of each rank's task")
+    ray_train_gpus: float = key(
+        0.0, "executor ray: GPUs of the one-job stages, init and train (0 = ray_gpus_per_task)"
     )
 
     def __post_init__(self):
@@ -125,4 +92,4 @@ class ExecutorConfig:
 
     def slurm(self) -> SlurmOptions:
         """The Slurm executor's options: the `slurm_*` keys."""
-        return SlurmOptions(**prefixed_values(self, "slurm_"))
+        return settings_of(self, SlurmOptions)

@@ -6,10 +6,10 @@ the same demonstrations: its SFT reads the schedule keys (`init_epochs`, `init_l
 `init_save_steps`); the tokenizer, model shape and first-phase keys describe a model built from
 scratch and are not read.
 
-Each group of `init_*` keys has a settings class here whose fields hold the defaults: the
-recipe keys take theirs from it and `InitConfig.training` builds it, so a default is written
-once and the recipe still loads none of the training code. A benchmark's own init keys (its
-demonstrations) are in its plugin's recipe section.
+The settings classes here hold the defaults: each `init_*` key names the settings field it sets
+(`selskill.config.keys.KeysOf`) and takes its type and default from it, and `InitConfig.training`
+builds them from the keys, so a setting is written once and the recipe still loads none of the
+training code. A benchmark's own init keys (its demonstrations) are in its plugin's recipe section.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from selskill.config.checks import check_above, check_at_least, check_share
+from selskill.config.keys import KeysOf, recipe_section, settings_of
 
 # --- what every init build trains ------------------------------------------------------------
 
@@ -64,7 +65,7 @@ class InitTraining:
 # --- the recipe section ------------------------------------------------------------------------
 
 
-@dataclass
+@recipe_section
 class InitConfig:
     """Recipe keys of the init stage (`init_` prefix: they share one flat recipe with TRL's)."""
 
@@ -73,45 +74,40 @@ class InitConfig:
         "init (round 0: the offline init policy, or with init_sft the SFT of model_name_or_path)"
     )
 
-    init_vocab_size: int = field(
-        default=InitTraining.vocab_size, metadata={"help": "BPE vocabulary size of the local tokenizer"}
+    _training = KeysOf(
+        InitTraining, "init_", {"init_vocab_size": "BPE vocabulary size of the local tokenizer"}
     )
-    init_hidden_size: int = field(default=TinyArch.hidden_size, metadata={"help": "model width"})
-    init_intermediate_size: int = field(default=TinyArch.intermediate_size, metadata={"help": "MLP width"})
-    init_layers: int = field(default=TinyArch.num_hidden_layers, metadata={"help": "transformer layers"})
-    init_heads: int = field(default=TinyArch.num_attention_heads, metadata={"help": "attention heads"})
-    init_kv_heads: int = field(default=TinyArch.num_key_value_heads, metadata={"help": "key/value heads"})
-    init_head_dim: int = field(default=TinyArch.head_dim, metadata={"help": "attention head size"})
-    init_pretrain_epochs: float = field(
-        default=SftSchedule.pretrain_epochs,
-        metadata={
-            "help": "first phase: epochs with every token in the loss, no system prompt (0 = skip); the offline "
-            "build only (init_sft trains the assistant tokens)"
+    _arch = KeysOf(
+        TinyArch,
+        "init_",
+        {
+            "init_hidden_size": "model width",
+            "init_intermediate_size": "MLP width",
+            "init_layers": "transformer layers",
+            "init_heads": "attention heads",
+            "init_kv_heads": "key/value heads",
+            "init_head_dim": "attention head size",
+        },
+        renamed={
+            "init_layers": "num_hidden_layers",
+            "init_heads": "num_attention_heads",
+            "init_kv_heads": "num_key_value_heads",
         },
     )
-    init_epochs: float = field(
-        default=SftSchedule.epochs, metadata={"help": "second phase: epochs on assistant tokens only"}
-    )
-    init_lr: float = field(
-        default=SftSchedule.lr, metadata={"help": "peak learning rate (AdamW, cosine, warmup)"}
-    )
-    init_warmup_ratio: float = field(
-        default=SftSchedule.warmup_ratio, metadata={"help": "warmup share of the SFT steps"}
-    )
-    init_batch_size: int = field(
-        default=SftSchedule.batch_size, metadata={"help": "demonstrations per optimizer step"}
-    )
-    init_max_length: int = field(
-        default=SftSchedule.max_length, metadata={"help": "longer demonstrations are dropped"}
-    )
-    init_logging_steps: int = field(
-        default=SftSchedule.logging_steps, metadata={"help": "loss is logged every this many steps"}
-    )
-    init_save_steps: int = field(
-        default=SftSchedule.save_steps,
-        metadata={
-            "help": "init_sft: a checkpoint every this many steps, which a rerun after a kill resumes from "
-            "(0 = none; the offline build does not checkpoint)"
+    _sft = KeysOf(
+        SftSchedule,
+        "init_",
+        {
+            "init_pretrain_epochs": "first phase: epochs with every token in the loss, no system prompt (0 = skip); "
+            "the offline build only (init_sft trains the assistant tokens)",
+            "init_epochs": "second phase: epochs on assistant tokens only",
+            "init_lr": "peak learning rate (AdamW, cosine, warmup)",
+            "init_warmup_ratio": "warmup share of the SFT steps",
+            "init_batch_size": "demonstrations per optimizer step",
+            "init_max_length": "longer demonstrations are dropped",
+            "init_logging_steps": "loss is logged every this many steps",
+            "init_save_steps": "init_sft: a checkpoint every this many steps, which a rerun after a kill resumes "
+            "from (0 = none; the offline build does not checkpoint)",
         },
     )
 
@@ -134,27 +130,8 @@ class InitConfig:
         check_share(self, "init_warmup_ratio", why="a share")
         check_above(self, 0, "init_lr", why="a learning rate")
 
-    # --- the settings object of the keys above: the one place a builder's training settings come from ---
-
     def training(self) -> InitTraining:
-        return InitTraining(
-            vocab_size=self.init_vocab_size,
-            arch=TinyArch(
-                hidden_size=self.init_hidden_size,
-                intermediate_size=self.init_intermediate_size,
-                num_hidden_layers=self.init_layers,
-                num_attention_heads=self.init_heads,
-                num_key_value_heads=self.init_kv_heads,
-                head_dim=self.init_head_dim,
-            ),
-            sft=SftSchedule(
-                pretrain_epochs=self.init_pretrain_epochs,
-                epochs=self.init_epochs,
-                lr=self.init_lr,
-                warmup_ratio=self.init_warmup_ratio,
-                batch_size=self.init_batch_size,
-                max_length=self.init_max_length,
-                logging_steps=self.init_logging_steps,
-                save_steps=self.init_save_steps,
-            ),
+        """The settings object of the keys above: the one place a builder's training settings come from."""
+        return settings_of(
+            self, InitTraining, arch=settings_of(self, TinyArch), sft=settings_of(self, SftSchedule)
         )

@@ -5,9 +5,10 @@ a runner."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from selskill.config.checks import bad_value, check_at_least, check_choice
+from selskill.config.keys import key
 from selskill.config.names import (
     ACTION_CHOICES,
     ADMISSIBLE_STYLES,
@@ -29,90 +30,63 @@ class RolloutConfig:
 
     _argument_group_name = "rollout (shared by sample, fork and eval)"  # its heading in `--help`
 
-    turn_style: str = field(
-        default="compact", metadata={"help": "thinking (Qwen3) or compact (small policy)"}
+    turn_style: str = key("compact", "thinking (Qwen3) or compact (small policy)")
+    turn_admissible: str = key("local", "admissible commands shown: all | local")
+    turn_show_admissible: bool = key(True, "append admissible commands to observations")
+    turn_task_reminder: bool = key(False, "repeat the task after every observation (small policies)")
+    listing_style: str = key("compact", "skill listing style: compact | full")
+    max_decisions: int = key(
+        MAX_DECISIONS,
+        "the episode's step budget: every agent decision (an action, a skill call of any kind, a "
+        "malformed turn) is one step; the episode ends with step_limit when it is spent (the paper's step "
+        "semantics)",
     )
-    turn_admissible: str = field(default="local", metadata={"help": "admissible commands shown: all | local"})
-    turn_show_admissible: bool = field(
-        default=True, metadata={"help": "append admissible commands to observations"}
+    max_env_steps: int = key(
+        ENV_STEP_CAP,
+        "a safety cap on the environment commands of an episode, not its budget (that is "
+        "max_decisions): an executable skill runs several commands in one decision (heating, cooling or "
+        "cleaning an object two, a lamp search more). The default, two commands per decision of the "
+        "default budget, is not reached in ordinary play; the episode ends with step_limit if it is",
     )
-    turn_task_reminder: bool = field(
-        default=False, metadata={"help": "repeat the task after every observation (small policies)"}
+    max_context_tokens: int = key(8192, "episode ends with context_limit beyond this")
+    max_new_tokens: int = key(96, "tokens per assistant turn")
+    concurrent_episodes: int = key(32, "episodes played at once (one batch per turn)")
+    policy_batch_size: int = key(32, "rows per forward pass of the hf backend")
+    env_overlap: bool = key(
+        True,
+        "play episodes in a child process, half a batch at a time, so environments step while "
+        "the policy generates (false: everything in this process)",
     )
-    listing_style: str = field(default="compact", metadata={"help": "skill listing style: compact | full"})
-    max_decisions: int = field(
-        default=MAX_DECISIONS,
-        metadata={
-            "help": "the episode's step budget: every agent decision (an action, a skill call of any kind, a "
-            "malformed turn) is one step; the episode ends with step_limit when it is spent (the paper's step "
-            "semantics)"
-        },
+    action_choice: str = key(
+        "free",
+        "free: the policy writes any command | admissible: once a turn opens <action>, only "
+        "admissible commands can follow (skill calls stay free) | decision: every turn is one decision, "
+        "<action> with an admissible command or a listed skill's call without arguments (a pretrained "
+        "model that does not know the turn format); hf backend",
     )
-    max_env_steps: int = field(
-        default=ENV_STEP_CAP,
-        metadata={
-            "help": "a safety cap on the environment commands of an episode, not its budget (that is "
-            "max_decisions): an executable skill runs several commands in one decision (heating, cooling or "
-            "cleaning an object two, a lamp search more). The default, two commands per decision of the "
-            "default budget, is not reached in ordinary play; the episode ends with step_limit if it is"
-        },
+    enable_thinking: bool = key(False, "chat_template_kwargs enable_thinking (Qwen3)")
+    retrieval_mode: str = key(
+        "all",
+        "which skills each decision lists: all (every skill in the system prompt) | task (retrieved "
+        "once from the task, in the system prompt) | progress (retrieved every step from the tracked state, "
+        "after each observation under 'Skills for this step:'); selskill/skills/retrieval.py",
     )
-    max_context_tokens: int = field(
-        default=8192, metadata={"help": "episode ends with context_limit beyond this"}
+    retrieval_scorer: str = key(
+        "bm25", "retrieval_mode task | progress: bm25 | dense | fused (BM25 + dense, RRF)"
     )
-    max_new_tokens: int = field(default=96, metadata={"help": "tokens per assistant turn"})
-    concurrent_episodes: int = field(
-        default=32, metadata={"help": "episodes played at once (one batch per turn)"}
+    retrieval_pseudo_skills: bool = key(
+        False,
+        "retrieval_mode task: the policy first writes SkillDreamer's pseudo-skills for each task "
+        "(capability inference, then one imagined skill per capability; greedy) and retrieval scores the "
+        "library against the task and each of them (alpha = 2); recorded in the rows as pseudo_skills",
     )
-    policy_batch_size: int = field(default=32, metadata={"help": "rows per forward pass of the hf backend"})
-    env_overlap: bool = field(
-        default=True,
-        metadata={
-            "help": "play episodes in a child process, half a batch at a time, so environments step while "
-            "the policy generates (false: everything in this process)"
-        },
+    retrieval_pseudo_max_new_tokens: int = key(
+        256, "retrieval_pseudo_skills: tokens of each of the policy's PSG answers"
     )
-    action_choice: str = field(
-        default="free",
-        metadata={
-            "help": "free: the policy writes any command | admissible: once a turn opens <action>, only "
-            "admissible commands can follow (skill calls stay free) | decision: every turn is one decision, "
-            "<action> with an admissible command or a listed skill's call without arguments (a pretrained "
-            "model that does not know the turn format); hf backend"
-        },
-    )
-    enable_thinking: bool = field(
-        default=False, metadata={"help": "chat_template_kwargs enable_thinking (Qwen3)"}
-    )
-    retrieval_mode: str = field(
-        default="all",
-        metadata={
-            "help": "which skills each decision lists: all (every skill in the system prompt) | task (retrieved "
-            "once from the task, in the system prompt) | progress (retrieved every step from the tracked state, "
-            "after each observation under 'Skills for this step:'); selskill/skills/retrieval.py"
-        },
-    )
-    retrieval_scorer: str = field(
-        default="bm25",
-        metadata={"help": "retrieval_mode task | progress: bm25 | dense | fused (BM25 + dense, RRF)"},
-    )
-    retrieval_pseudo_skills: bool = field(
-        default=False,
-        metadata={
-            "help": "retrieval_mode task: the policy first writes SkillDreamer's pseudo-skills for each task "
-            "(capability inference, then one imagined skill per capability; greedy) and retrieval scores the "
-            "library against the task and each of them (alpha = 2); recorded in the rows as pseudo_skills"
-        },
-    )
-    retrieval_pseudo_max_new_tokens: int = field(
-        default=256, metadata={"help": "retrieval_pseudo_skills: tokens of each of the policy's PSG answers"}
-    )
-    retrieval_library_size: int = field(
-        default=0,
-        metadata={
-            "help": "skills in the library: 0 = the benchmark's own; N above its own size = padded with seeded "
-            "distractor skills (selskill/skills/distractors.py) to N"
-        },
+    retrieval_library_size: int = key(
+        0,
+        "skills in the library: 0 = the benchmark's own; N above its own size = padded with seeded "
+        "distractor skills (selskill/skills/distractors.py) to N",
     )
 
     def __post_init__(self):

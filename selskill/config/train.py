@@ -21,11 +21,12 @@ accelerators) is decided by the train stage when it builds the DPOConfig it trai
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from trl import DPOConfig, ModelConfig
 
-from selskill.config.checks import check_above, check_at_least
+from selskill.config.checks import check_above, check_at_least, check_declared_choices
+from selskill.config.keys import key
 from selskill.config.window import DEFAULT_WINDOW_N, WINDOW_ALL, parse_window_n
 
 PAIR_KIND_CHOICES = ("episode", "local", "both")
@@ -91,160 +92,106 @@ class TrainConfig(DPOConfig, ModelConfig):
     # section, which loads on any machine; the train stage's DPOConfig does (`selskill.train.args`)
     _checks_machine = False
 
-    train_objective: str = field(
-        default="dpo",
-        metadata={
-            "help": "what the train stage fits: dpo = DPO on the label stage's pairs (SelSkill); sft_wins = "
-            "rejection-sampling fine-tuning, the baseline to compare it with on the same rollouts: TRL's "
-            "SFTTrainer on every successful episode of the round's sample stage (each of a task's K samples "
-            "that won; a win with a malformed turn is left out), loss on the policy's own assistant tokens, "
-            "with this section's learning_rate, num_train_epochs, batch keys and the run's seed. The DPO-only "
-            "keys (beta, loss_type, train_pair_kinds, train_window_n, ...) are then unused, and a round "
-            "runs no branch, fork or label stage",
-            "choices": list(OBJECTIVE_CHOICES),
-        },
+    train_objective: str = key(
+        "dpo",
+        "what the train stage fits: dpo = DPO on the label stage's pairs (SelSkill); sft_wins = "
+        "rejection-sampling fine-tuning, the baseline to compare it with on the same rollouts: TRL's "
+        "SFTTrainer on every successful episode of the round's sample stage (each of a task's K samples "
+        "that won; a win with a malformed turn is left out), loss on the policy's own assistant tokens, "
+        "with this section's learning_rate, num_train_epochs, batch keys and the run's seed. The DPO-only "
+        "keys (beta, loss_type, train_pair_kinds, train_window_n, ...) are then unused, and a round "
+        "runs no branch, fork or label stage",
+        choices=list(OBJECTIVE_CHOICES),
     )
-    train_pair_kinds: str = field(
-        default="both",
-        metadata={
-            "help": "which pairs to train on: episode, local or both (the paper's Table 2 ablation)",
-            "choices": list(PAIR_KIND_CHOICES),
-        },
+    train_pair_kinds: str = key(
+        "both",
+        "which pairs to train on: episode, local or both (the paper's Table 2 ablation)",
+        choices=list(PAIR_KIND_CHOICES),
     )
-    train_local_fraction: float = field(
-        default=-1.0,
-        metadata={
-            "help": "share of local pairs in the training set when both kinds are trained: a value in (0, 1) "
-            "subsamples the over-represented kind (seeded) until local pairs make up this share; -1 keeps every "
-            "pair (the natural mix). The one place kinds are mixed: label writes every pair it finds, so "
-            "ablations that reuse one label stage differ only in train_* keys"
-        },
+    train_local_fraction: float = key(
+        -1.0,
+        "share of local pairs in the training set when both kinds are trained: a value in (0, 1) "
+        "subsamples the over-represented kind (seeded) until local pairs make up this share; -1 keeps every "
+        "pair (the natural mix). The one place kinds are mixed: label writes every pair it finds, so "
+        "ablations that reuse one label stage differ only in train_* keys",
     )
-    train_branch_pools: str = field(
-        default="all",
-        metadata={
-            "help": "local pairs kept by the pool of their branch point: all, ordinary (entropy-selected ordinary "
-            "turns) or post_skill (turns that invoked a skill); the paper's Table 2 'entropy-local only' and "
-            "'skill-call-local only'. Episode pairs are not affected.",
-            "choices": list(BRANCH_POOL_CHOICES),
-        },
+    train_branch_pools: str = key(
+        "all",
+        "local pairs kept by the pool of their branch point: all, ordinary (entropy-selected ordinary "
+        "turns) or post_skill (turns that invoked a skill); the paper's Table 2 'entropy-local only' and "
+        "'skill-call-local only'. Episode pairs are not affected.",
+        choices=list(BRANCH_POOL_CHOICES),
     )
-    train_local_reasons: str = field(
-        default="all",
-        metadata={
-            "help": "local pairs kept by their label reason: all, success_vs_failure (one arm won, the other lost), "
-            "success_rate (label_arm_rule success_rate: both arms won, one more often) or efficiency (both won, "
-            "fewer steps chosen). An efficiency label rests on a step count that the "
-            "continuations' own sampling moves as much as the decision, and on the decision budget it mostly "
-            "prefers skipping. Episode pairs are not affected.",
-            "choices": list(LOCAL_REASON_CHOICES),
-        },
+    train_local_reasons: str = key(
+        "all",
+        "local pairs kept by their label reason: all, success_vs_failure (one arm won, the other lost), "
+        "success_rate (label_arm_rule success_rate: both arms won, one more often) or efficiency (both won, "
+        "fewer steps chosen). An efficiency label rests on a step count that the "
+        "continuations' own sampling moves as much as the decision, and on the decision budget it mostly "
+        "prefers skipping. Episode pairs are not affected.",
+        choices=list(LOCAL_REASON_CHOICES),
     )
-    train_max_pairs: int = field(
-        default=0,
-        metadata={
-            "help": "train on at most this many pairs (a seeded subsample after every other filter), so that "
-            "ablations compare at matched pair counts; 0 = no limit"
-        },
+    train_max_pairs: int = key(
+        0,
+        "train on at most this many pairs (a seeded subsample after every other filter), so that "
+        "ablations compare at matched pair counts; 0 = no limit",
     )
-    train_window_n: str = field(
-        default=DEFAULT_WINDOW_N,
-        metadata={
-            "help": "local pairs train the assistant tokens of the first n assistant turns after the branch: "
-            "1, 3 (paper) or all (the one spelling of every turn; -1, 0 and null are refused). Episode pairs "
-            "always train every assistant token. The trainer builds this window from each token's role and "
-            "turn; pair shards store no mask, so one label stage serves every n."
-        },
+    train_window_n: str = key(
+        DEFAULT_WINDOW_N,
+        "local pairs train the assistant tokens of the first n assistant turns after the branch: "
+        "1, 3 (paper) or all (the one spelling of every turn; -1, 0 and null are refused). Episode pairs "
+        "always train every assistant token. The trainer builds this window from each token's role and "
+        "turn; pair shards store no mask, so one label stage serves every n.",
     )
-    train_keep_head_messages: int = field(
-        default=2,
-        metadata={
-            "help": "max_length policy: leading prompt messages that are never dropped (1 = the system message, "
-            "2 = also the first user message, which states the task). Older prompt messages after them are "
-            "dropped first; the trained window is never cut."
-        },
+    train_keep_head_messages: int = key(
+        2,
+        "max_length policy: leading prompt messages that are never dropped (1 = the system message, "
+        "2 = also the first user message, which states the task). Older prompt messages after them are "
+        "dropped first; the trained window is never cut.",
     )
-    train_message_start_token: str = field(
-        default="<|im_start|>",
-        metadata={
-            "help": "token that opens every chat message (ChatML); message boundaries for the max_length policy"
-        },
+    train_message_start_token: str = key(
+        "<|im_start|>",
+        "token that opens every chat message (ChatML); message boundaries for the max_length policy",
     )
-    train_trim_after_window: bool = field(
-        default=True,
-        metadata={
-            "help": "drop completion tokens after the last trained token: they carry no loss and cannot influence "
-            "earlier tokens, so the loss is unchanged and the step is cheaper"
-        },
+    train_trim_after_window: bool = key(
+        True,
+        "drop completion tokens after the last trained token: they carry no loss and cannot influence "
+        "earlier tokens, so the loss is unchanged and the step is cheaper",
     )
-    train_overflow: str = field(
-        default="skip",
-        metadata={
-            "help": "pairs that still exceed max_length after the oldest prompt messages are dropped: skip them "
-            "(counted in pairs_stats.json and the log) or error; with train_objective sft_wins, the winning "
-            "episodes longer than max_length (counted in wins_stats.json: a cut episode would teach an unfinished one)",
-            "choices": list(OVERFLOW_CHOICES),
-        },
+    train_overflow: str = key(
+        "skip",
+        "pairs that still exceed max_length after the oldest prompt messages are dropped: skip them "
+        "(counted in pairs_stats.json and the log) or error; with train_objective sft_wins, the winning "
+        "episodes longer than max_length (counted in wins_stats.json: a cut episode would teach an unfinished one)",
+        choices=list(OVERFLOW_CHOICES),
     )
-    train_prefix_sharing: str = field(
-        default="pair",
-        metadata={
-            "help": "run pairs as prefix trees, with the same loss and gradients: pair = [prompt][chosen][rejected] "
-            "in one sequence, the prompt computed once per pair instead of twice; branch = every pair of a batch "
-            "with the same prompt in one tree, each distinct continuation once, and training rows ordered by "
-            "branch point (pays with per_device_train_batch_size > 1); none = one sequence per side (TRL's "
-            "layout). Needs a qwen3, qwen2 or llama policy with sdpa, eager or flex_attention attention",
-            "choices": list(PREFIX_SHARING_CHOICES),
-        },
+    train_prefix_sharing: str = key(
+        "pair",
+        "run pairs as prefix trees, with the same loss and gradients: pair = [prompt][chosen][rejected] "
+        "in one sequence, the prompt computed once per pair instead of twice; branch = every pair of a batch "
+        "with the same prompt in one tree, each distinct continuation once, and training rows ordered by "
+        "branch point (pays with per_device_train_batch_size > 1); none = one sequence per side (TRL's "
+        "layout). Needs a qwen3, qwen2 or llama policy with sdpa, eager or flex_attention attention",
+        choices=list(PREFIX_SHARING_CHOICES),
     )
-    train_accelerate_config: str = field(
-        default="",
-        metadata={
-            "help": "accelerate config `selskill train` relaunches itself under (e.g. recipes/accelerate/zero3.yaml); "
-            "empty = train in the calling process"
-        },
+    train_accelerate_config: str = key(
+        "",
+        "accelerate config `selskill train` relaunches itself under (e.g. recipes/accelerate/zero3.yaml); "
+        "empty = train in the calling process",
     )
     # TRL turns bf16 on by default, which fails on a CPU-only machine when a recipe does not mention it.
     # Here None means: on where an accelerator supports it, off elsewhere. Recipes set it explicitly.
-    bf16: bool | None = field(
-        default=None,
-        metadata={"help": "bf16 mixed precision; unset = on where a GPU supports it, off on CPU"},
-    )
+    bf16: bool | None = key(None, "bf16 mixed precision; unset = on where a GPU supports it, off on CPU")
 
     def __post_init__(self):
-        if self.train_objective not in OBJECTIVE_CHOICES:
-            raise ValueError(
-                f"train_objective must be one of {', '.join(OBJECTIVE_CHOICES)}; got {self.train_objective!r}"
-            )
-        if self.train_pair_kinds not in PAIR_KIND_CHOICES:
-            raise ValueError(
-                f"train_pair_kinds must be one of {', '.join(PAIR_KIND_CHOICES)}; got {self.train_pair_kinds!r}"
-            )
-        if self.train_branch_pools not in BRANCH_POOL_CHOICES:
-            raise ValueError(
-                f"train_branch_pools must be one of {', '.join(BRANCH_POOL_CHOICES)}; got {self.train_branch_pools!r}"
-            )
-        if self.train_local_reasons not in LOCAL_REASON_CHOICES:
-            raise ValueError(
-                f"train_local_reasons must be one of {', '.join(LOCAL_REASON_CHOICES)}; got {self.train_local_reasons!r}"
-            )
-        if self.train_prefix_sharing not in PREFIX_SHARING_CHOICES:
-            raise ValueError(
-                f"train_prefix_sharing must be one of {', '.join(PREFIX_SHARING_CHOICES)}; got {self.train_prefix_sharing!r}"
-            )
-        if self.train_max_pairs < 0:
-            raise ValueError(f"train_max_pairs must be >= 0 (0 = no limit); got {self.train_max_pairs}")
-        if self.train_overflow not in OVERFLOW_CHOICES:
-            raise ValueError(
-                f"train_overflow must be one of {', '.join(OVERFLOW_CHOICES)}; got {self.train_overflow!r}"
-            )
+        check_declared_choices(self)
+        check_at_least(self, 0, "train_max_pairs", why="0 = no limit")
         if not (self.train_local_fraction == -1.0 or 0.0 < self.train_local_fraction < 1.0):
             raise ValueError(
                 f"train_local_fraction must be in (0, 1), or -1 for the natural mix; got {self.train_local_fraction} "
                 f"(to train one kind only, set train_pair_kinds: episode or local)"
             )
-        if self.train_keep_head_messages < 0:
-            raise ValueError(f"train_keep_head_messages must be >= 0; got {self.train_keep_head_messages}")
+        check_at_least(self, 0, "train_keep_head_messages")
         n = parse_window_n(self.train_window_n)
         self.train_window_n = WINDOW_ALL if n is None else str(n)
         if self.max_length is not None and self.max_length < 8:

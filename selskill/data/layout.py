@@ -31,21 +31,11 @@ class StageDir:
         """The `runs_dir` this stage lies under (<runs_dir>/<exp>/round_<r>/<stage>)."""
         return self.path.parents[2]
 
-    @property
-    def shards(self) -> Path:
-        return self.path / "shards"
-
-    @property
-    def completions(self) -> Path:
-        return self.path / "completions"
-
-    @property
-    def stats(self) -> Path:
-        return self.path / "stats"
-
-    @property
-    def config(self) -> Path:
-        return self.path / "config.yaml"
+    # the stage's parts, below its directory
+    shards = property(lambda self: self.path / "shards")
+    completions = property(lambda self: self.path / "completions")
+    stats = property(lambda self: self.path / "stats")
+    config = property(lambda self: self.path / "config.yaml")
 
     def shard(self, rank: int) -> Path:
         return self.shards / f"{rank:05d}.parquet"
@@ -152,9 +142,9 @@ def resolve_round_policy(run, policy) -> tuple[str, str]:
     """
     if run.round < 1:
         raise FileNotFoundError(
-            f"round {run.round} is the init policy, not a round that samples and trains: `make init` "
-            "(selskill init) builds and evaluates it, and `make eval ROUND=0` re-evaluates it; rounds start at 1 "
-            "(make round ROUND=1)"
+            f"round {run.round} is the init policy, not a round that samples and trains: `selskill init --config "
+            "RECIPE` builds and evaluates it, and `selskill eval --config RECIPE --round 0` re-evaluates it; rounds "
+            "start at 1 (`selskill round --config RECIPE --round 1`)"
         )
     given = "" if policy.init_sft else policy.model_name_or_path
     if run.round == 1 and given and is_gguf_source(given):
@@ -162,7 +152,7 @@ def resolve_round_policy(run, policy) -> tuple[str, str]:
         if not path.is_dir():
             raise FileNotFoundError(
                 f"model_name_or_path {given} is converted to {path} by round 1's init stage, which has not run: "
-                "run `selskill init` (make init) or the whole round (make round ROUND=1) with this recipe"
+                "run `selskill init` or the whole round (`selskill round --round 1`) with this recipe"
             )
         check_model_source(str(path), f"the model converted from {given}", need_weights=False)
         return str(path), f"model_name_or_path ({given}, converted)"
@@ -175,10 +165,10 @@ def resolve_round_policy(run, policy) -> tuple[str, str]:
         if tuned:
             hint = (
                 f"round 1's init stage fine-tunes model_name_or_path {policy.model_name_or_path} into it (init_sft): "
-                "run `selskill init` (make init) or the whole round (make round ROUND=1) with this recipe"
+                "run `selskill init` or the whole round (`selskill round --round 1`) with this recipe"
             )
         elif run.round <= 1:
-            hint = "build the init policy first (`make init`) or set model_name_or_path"
+            hint = "build the init policy first (`selskill init --config RECIPE`) or set model_name_or_path"
         else:
             hint = f"finish round {run.round - 1} first (its train stage writes that directory)"
         raise FileNotFoundError(f"no policy at {path} for round {run.round}: {hint}")
@@ -275,7 +265,7 @@ def check_model_source(source: str, what: str = "model", need_weights: bool = Tr
                 f"{what} {source} is not a saved model: it has no {' and no '.join(missing)} "
                 f"({f'it holds: {shown}' if files else 'the directory is empty'}). Point it at a directory written "
                 "by save_pretrained (a round's train/model, the init policy at round_0/train/model), or rebuild that "
-                "directory (`make init`, or the train stage with --redo)"
+                "directory (`selskill init`, or the train stage with --redo)"
             )
         return source
     offline = _hub_offline()

@@ -57,7 +57,7 @@ def build_report(exp_dir: str | Path, n_boot: int = 2000, seed: int = 0) -> Repo
     exp_dir = Path(exp_dir)
     if not exp_dir.is_dir():
         raise FileNotFoundError(
-            f"no experiment directory {exp_dir}: run a round first (make round) or pass --exp"
+            f"no experiment directory {exp_dir}: run a round first (`selskill round --config RECIPE --round 1`) or pass --exp"
         )
     notes: list[str] = []
     rounds_found = round_numbers(exp_dir)

@@ -108,7 +108,6 @@ def likeliest_skill(policy, prefix_ids: list[int], skill_names) -> str:
 class BranchStep(PolicyStep):
     name = "branch"
     doc = "the decision points worth forking"
-    section = "branch"
 
     cfg: BranchConfig  # its own section (the field of `RoundStep`, typed)
 

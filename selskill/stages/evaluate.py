@@ -158,7 +158,6 @@ class EvalStep(PolicyStep):
 
     name = "eval"
     doc = "greedy episodes on the held-out splits"
-    section = "eval"
 
     cfg: EvalConfig  # its own section (the field of `RoundStep`, typed)
 

@@ -94,7 +94,6 @@ def fork_row(episode: Episode, spec: EpisodeSpec, round_: int) -> Fork:
 class ForkStep(PolicyStep):
     name = "fork"
     doc = "invoke and skip continuations from each point"
-    section = "fork"
 
     cfg: ForkConfig  # its own section (the field of `RoundStep`, typed)
 

@@ -250,7 +250,6 @@ class LabelStep(RoundStep):
 
     name = "label"
     doc = "preference pairs: outcome, then efficiency"
-    section = "label"
 
     cfg: LabelConfig  # its own section (the field of `RoundStep`, typed)
 

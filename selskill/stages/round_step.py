@@ -1,7 +1,7 @@
 """What every sharded stage of a round shares as a step: its sections, directory, ranks' completion and wandb log.
 
 A stage's step holds the recipe sections it reads (`of`): the run section (where to report
-included), its own (`section` names it) and the seed, and for a stage that plays the policy
+included), its own (the recipe's field of the stage's name) and the seed, and for a stage that plays the policy
 the policy and rollout sections too (`PolicyStep`). `run(rank, world_size)` computes that
 rank through the run-directory contract (`selskill.data.rank_writer.run_rank`), then logs
 the stage to wandb if this process finds every rank complete (`selskill.stages.wandb_log`):
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 from selskill.config.rollout import RolloutConfig
 from selskill.config.run import PolicyConfig, RunConfig
@@ -23,9 +23,8 @@ from selskill.stages.wandb_log import log_stage
 
 @dataclass
 class RoundStep(Step):
-    """A sharded stage: `cfg` is its own recipe section (`recipe.<section>`)."""
-
-    section: ClassVar[str] = ""
+    """A sharded stage: `cfg` is its own recipe section, the recipe's field of the stage's name
+    (`recipe.<name>`)."""
 
     run_config: RunConfig
     cfg: Any
@@ -33,7 +32,7 @@ class RoundStep(Step):
 
     @classmethod
     def of(cls, recipe) -> RoundStep:
-        return cls(recipe.run, getattr(recipe, cls.section), recipe.seed)
+        return cls(recipe.run, getattr(recipe, cls.name), recipe.seed)
 
     @abstractmethod
     def compute(self, run: RunConfig) -> Any:
@@ -80,7 +79,7 @@ class PolicyStep(RoundStep):
     def of(cls, recipe) -> PolicyStep:
         return cls(
             recipe.run,
-            getattr(recipe, cls.section),
+            getattr(recipe, cls.name),
             recipe.seed,
             policy=recipe.policy,
             rollout=recipe.rollout,

@@ -31,7 +31,6 @@ def rollout_id(round_: int, task_id: str, k: int) -> str:
 class SampleStep(PolicyStep):
     name = "sample"
     doc = "K rollouts per task from round r-1's policy"
-    section = "sample"
 
     cfg: SampleConfig  # its own section (the field of `RoundStep`, typed)
 

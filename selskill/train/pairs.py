@@ -176,33 +176,30 @@ class PairStats:
             f"pairs: read {fmt(self.read)}; trained {fmt(self.trained)} "
             f"[window n={self.window_n}, max_length={self.max_length}]"
         ]
-        if sum(self.trained_tokens.values()):
-            lines.append(f"  loss-window tokens (chosen + rejected): {fmt(self.trained_tokens)}")
-        if sum(self.not_selected.values()):
-            lines.append(f"  not selected by train_pair_kinds: {fmt(self.not_selected)}")
-        if sum(self.other_pool.values()):
-            lines.append(f"  local pairs of another branch pool (train_branch_pools): {fmt(self.other_pool)}")
-        if sum(self.other_reason.values()):
-            lines.append(
-                f"  local pairs of another label reason (train_local_reasons): {fmt(self.other_reason)}"
-            )
-        if sum(self.dropped_by_mix.values()):
-            lines.append(f"  left out by train_local_fraction: {fmt(self.dropped_by_mix)}")
-        if sum(self.dropped_by_cap.values()):
-            lines.append(f"  left out by train_max_pairs: {fmt(self.dropped_by_cap)}")
-        if sum(self.prompt_truncated.values()):
-            lines.append(
-                f"  oldest prompt messages dropped to fit max_length: {fmt(self.prompt_truncated)} pairs, "
-                f"{self.prompt_tokens_dropped} tokens"
-            )
-        if sum(self.too_long.values()):
-            lines.append(
-                f"  SKIPPED {fmt(self.too_long)} pairs that do not fit max_length={self.max_length} even with every "
-                f"droppable prompt message removed (raise max_length or lower train_keep_head_messages); "
-                f"e.g. {', '.join(self.too_long_ids[:3])}"
-            )
-        if sum(self.empty_window.values()):
-            lines.append(f"  skipped {fmt(self.empty_window)} pairs with no trainable token on one side")
+        # (counts, the words before them, the words after): a line for each that counted anything
+        notes = [
+            (self.trained_tokens, "loss-window tokens (chosen + rejected): ", ""),
+            (self.not_selected, "not selected by train_pair_kinds: ", ""),
+            (self.other_pool, "local pairs of another branch pool (train_branch_pools): ", ""),
+            (self.other_reason, "local pairs of another label reason (train_local_reasons): ", ""),
+            (self.dropped_by_mix, "left out by train_local_fraction: ", ""),
+            (self.dropped_by_cap, "left out by train_max_pairs: ", ""),
+            (
+                self.prompt_truncated,
+                "oldest prompt messages dropped to fit max_length: ",
+                f" pairs, {self.prompt_tokens_dropped} tokens",
+            ),
+            (
+                self.too_long,
+                "SKIPPED ",
+                f" pairs that do not fit max_length={self.max_length} even with every droppable prompt message "
+                f"removed (raise max_length or lower train_keep_head_messages); e.g. {', '.join(self.too_long_ids[:3])}",
+            ),
+            (self.empty_window, "skipped ", " pairs with no trainable token on one side"),
+        ]
+        lines += [
+            f"  {before}{fmt(counts)}{after}" for counts, before, after in notes if sum(counts.values())
+        ]
         return "\n".join(lines)
 
 

@@ -6,10 +6,11 @@ anything plays, so it imports nothing but the recipe's own checks.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from selskill.benchmarks.alfworld.init_config import GAME_SIZES, AlfworldInitKeys
 from selskill.config.checks import check_at_least, check_choice
+from selskill.config.keys import key
 
 # the generated splits, plus real data's `valid_train`, which is only indexed when named (it
 # repeats train games)
@@ -27,36 +28,21 @@ class AlfworldConfig(AlfworldInitKeys):
 
     _argument_group_name = "benchmark alfworld (games)"  # its heading in `--help`
 
-    games_dir: str = field(
-        default="runs/games",
-        metadata={
-            "help": "root of generated games (<games_dir>/<split>/...); ignored where ALFWORLD_DATA is used"
-        },
+    games_dir: str = key(
+        "runs/games", "root of generated games (<games_dir>/<split>/...); ignored where ALFWORLD_DATA is used"
     )
-    use_alfworld_data: bool = field(
-        default=False, metadata={"help": "read real ALFWorld games from $ALFWORLD_DATA instead of games_dir"}
+    use_alfworld_data: bool = key(False, "read real ALFWorld games from $ALFWORLD_DATA instead of games_dir")
+    alfworld_grammar: str = key(
+        "patch",
+        "real game files in alfworld's old grammar (`put X in/on Y`, 'You arrive at loc N'): "
+        "patch = move them to the new grammar (`move X to Y`) in memory when loaded, as alfworld's "
+        "scripts/patch_tw-pddl.py would on disk; strict = refuse them with an error naming the file",
     )
-    alfworld_grammar: str = field(
-        default="patch",
-        metadata={
-            "help": "real game files in alfworld's old grammar (`put X in/on Y`, 'You arrive at loc N'): "
-            "patch = move them to the new grammar (`move X to Y`) in memory when loaded, as alfworld's "
-            "scripts/patch_tw-pddl.py would on disk; strict = refuse them with an error naming the file"
-        },
-    )
-    games_size: str = field(
-        default="small", metadata={"help": "generated scene size: tiny, small or real (the scale ladder)"}
-    )
-    games_train_per_type: int = field(default=4, metadata={"help": "generated train games per task type"})
-    games_eval_per_type: int = field(
-        default=4, metadata={"help": "generated valid_seen/valid_unseen games per type"}
-    )
-    games_unseen_per_type: int = field(
-        default=-1, metadata={"help": "generated valid_unseen games per type (-1 = games_eval_per_type)"}
-    )
-    games_seed: int = field(
-        default=0, metadata={"help": "generation seed (the same seed writes identical games)"}
-    )
+    games_size: str = key("small", "generated scene size: tiny, small or real (the scale ladder)")
+    games_train_per_type: int = key(4, "generated train games per task type")
+    games_eval_per_type: int = key(4, "generated valid_seen/valid_unseen games per type")
+    games_unseen_per_type: int = key(-1, "generated valid_unseen games per type (-1 = games_eval_per_type)")
+    games_seed: int = key(0, "generation seed (the same seed writes identical games)")
 
     def __post_init__(self):
         super().__post_init__()

@@ -1,17 +1,17 @@
 """ALFWorld's init keys: how its demonstrations are played (the expert, the skill mix) and DAgger.
 
-The settings classes hold the defaults; the `init_*` keys of `AlfworldInitKeys` take theirs
-from them and its methods build them, so a default is written once. `AlfworldConfig`, the
+The settings classes hold the defaults; each `init_*` key of `AlfworldInitKeys` names the field
+it sets (`KeysOf`) and takes its type and default from it, and its methods build them, so a
+setting is written once. `AlfworldConfig`, the
 plugin's recipe section, carries these keys.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import asdict, dataclass, field
 
 from selskill.config.checks import bad_value, check_at_least, check_choice, check_share
-from selskill.config.keys import prefixed_values
+from selskill.config.keys import KeysOf, recipe_section, settings_of
 from selskill.config.rollout import MAX_DECISIONS
 
 SEARCH_ORDERS: tuple[str, ...] = ("prior", "sweep")  # the expert's order of search
@@ -108,101 +108,71 @@ class DaggerSettings:
             raise ValueError("init_dagger_from is set but init_dagger_iters is 0: set init_dagger_iters >= 1")
 
 
-@dataclass
+@recipe_section
 class AlfworldInitKeys:
     """The init keys of ALFWorld's recipe section."""
 
-    init_games_per_type: int = field(
-        default=AlfworldDemos.games_per_type, metadata={"help": "generated train games per task type"}
-    )
-    init_game_size: str = field(
-        default=AlfworldDemos.game_size, metadata={"help": "generated scene size: tiny, small or real"}
-    )
-    init_max_decisions: int = field(
-        default=DemoBudget.max_decisions,
-        metadata={
-            "help": "demonstrations not won within this many decisions (assistant turns, as max_decisions "
-            "counts them) are dropped; DAgger's policy episodes play under it, and its expert gets as many "
-            "decisions of its own after a relabelled point"
+    _demos = KeysOf(
+        AlfworldDemos,
+        "init_",
+        {
+            "init_games_per_type": "generated train games per task type",
+            "init_game_size": "generated scene size: tiny, small or real",
         },
     )
-    init_max_env_steps: int = field(
-        default=DemoBudget.max_env_steps,
-        metadata={
-            "help": "the demonstrations' command cap (not their budget): a demonstration whose environment "
-            "commands (an executable skill's count) exceed it is dropped"
+    _budget = KeysOf(
+        DemoBudget,
+        "init_",
+        {
+            "init_max_decisions": "demonstrations not won within this many decisions (assistant turns, as "
+            "max_decisions counts them) are dropped; DAgger's policy episodes play under it, and its expert gets "
+            "as many decisions of its own after a relabelled point",
+            "init_max_env_steps": "the demonstrations' command cap (not their budget): a demonstration whose "
+            "environment commands (an executable skill's count) exceed it is dropped",
         },
     )
-    init_demo_opening_memory: float = field(default=DemoMix.opening_memory, metadata={"help": "see DemoMix"})
-    init_demo_premature_start: float = field(
-        default=DemoMix.premature_start, metadata={"help": "see DemoMix"}
-    )
-    init_demo_premature_seen: float = field(default=DemoMix.premature_seen, metadata={"help": "see DemoMix"})
-    init_demo_repeat_failed: float = field(default=DemoMix.repeat_failed, metadata={"help": "see DemoMix"})
-    init_demo_after_failure_memory: float = field(
-        default=DemoMix.after_failure_memory, metadata={"help": "see DemoMix"}
-    )
-    init_demo_useful: float = field(default=DemoMix.useful, metadata={"help": "see DemoMix"})
-    init_demo_place_memory: float = field(default=DemoMix.place_memory, metadata={"help": "see DemoMix"})
-    init_demo_wrong_executable: float = field(
-        default=DemoMix.wrong_executable, metadata={"help": "see DemoMix"}
-    )
-    init_demo_second_memory: float = field(default=DemoMix.second_memory, metadata={"help": "see DemoMix"})
-    init_demo_random_memory: float = field(default=DemoMix.random_memory, metadata={"help": "see DemoMix"})
-    init_demo_mistake: float = field(default=DemoMix.mistake, metadata={"help": "see DemoMix"})
-    init_demo_false_take: float = field(default=DemoMix.false_take, metadata={"help": "see DemoMix"})
-    init_demo_no_skills: float = field(
-        default=DemoMix.no_skills,
-        metadata={"help": "share of the demonstrations played with no skill listed (the no_skills prompt)"},
-    )
-    init_demo_search: str = field(
-        default=DemoMix.search,
-        metadata={
-            "help": "expert search order: prior (likely places first) | sweep (every receptacle by name)"
+    _mix = KeysOf(
+        DemoMix,
+        "init_demo_",
+        {
+            "init_demo_opening_memory": "see DemoMix",
+            "init_demo_premature_start": "see DemoMix",
+            "init_demo_premature_seen": "see DemoMix",
+            "init_demo_repeat_failed": "see DemoMix",
+            "init_demo_after_failure_memory": "see DemoMix",
+            "init_demo_useful": "see DemoMix",
+            "init_demo_place_memory": "see DemoMix",
+            "init_demo_wrong_executable": "see DemoMix",
+            "init_demo_second_memory": "see DemoMix",
+            "init_demo_random_memory": "see DemoMix",
+            "init_demo_mistake": "see DemoMix",
+            "init_demo_false_take": "see DemoMix",
+            "init_demo_no_skills": "share of the demonstrations played with no skill listed (the no_skills prompt)",
+            "init_demo_search": "expert search order: prior (likely places first) | sweep (every receptacle by name)",
         },
     )
-
-    init_dagger_iters: int = field(
-        default=DaggerSettings.iterations,
-        metadata={
-            "help": "DAgger iterations after SFT: play the policy on the train games, let the expert label "
-            "the states it reached, SFT on all demonstrations so far (0 = off; selskill/benchmarks/alfworld/dagger.py)"
+    _dagger = KeysOf(
+        DaggerSettings,
+        "init_dagger_",
+        {
+            "init_dagger_iters": "DAgger iterations after SFT: play the policy on the train games, let the expert "
+            "label the states it reached, SFT on all demonstrations so far (0 = off; "
+            "selskill/benchmarks/alfworld/dagger.py)",
+            "init_dagger_epochs": "epochs per DAgger iteration over the aggregated demonstrations",
+            "init_dagger_lr": "peak learning rate of the DAgger SFT",
+            "init_dagger_points": "relabelled demonstrations per policy episode (from its disagreements)",
+            "init_dagger_env_steps": "environment commands of a DAgger policy episode at most (and of the expert "
+            "after it); the decision budget is init_max_decisions",
+            "init_dagger_temperature": "sampling temperature of the DAgger policy episodes (0 = greedy)",
+            "init_dagger_fresh_games": "each DAgger iteration plays init_games_per_type new generated train games "
+            "per type (false: the games of the demonstrations)",
+            "init_dagger_from": "start DAgger from this existing init model (built with the same settings, DAgger "
+            "off) instead of training the base policy again",
         },
-    )
-    init_dagger_epochs: float = field(
-        default=DaggerSettings.epochs,
-        metadata={"help": "epochs per DAgger iteration over the aggregated demonstrations"},
-    )
-    init_dagger_lr: float = field(
-        default=DaggerSettings.lr, metadata={"help": "peak learning rate of the DAgger SFT"}
-    )
-    init_dagger_points: int = field(
-        default=DaggerSettings.points,
-        metadata={"help": "relabelled demonstrations per policy episode (from its disagreements)"},
-    )
-    init_dagger_env_steps: int = field(
-        default=DaggerSettings.max_env_steps,
-        metadata={
-            "help": "environment commands of a DAgger policy episode at most (and of the expert after it); "
-            "the decision budget is init_max_decisions"
-        },
-    )
-    init_dagger_temperature: float = field(
-        default=DaggerSettings.temperature,
-        metadata={"help": "sampling temperature of the DAgger policy episodes (0 = greedy)"},
-    )
-    init_dagger_fresh_games: bool = field(
-        default=DaggerSettings.fresh_games,
-        metadata={
-            "help": "each DAgger iteration plays init_games_per_type new generated train games per type "
-            "(false: the games of the demonstrations)"
-        },
-    )
-    init_dagger_from: str = field(
-        default=DaggerSettings.base,
-        metadata={
-            "help": "start DAgger from this existing init model (built with the same settings, DAgger off) "
-            "instead of training the base policy again"
+        renamed={
+            "init_dagger_iters": "iterations",
+            "init_dagger_env_steps": "max_env_steps",
+            "init_dagger_from": "base",
         },
     )
 
@@ -214,29 +184,15 @@ class AlfworldInitKeys:
             "init_dagger_env_steps",
         )  # fmt: skip
         check_at_least(self, 0, "init_dagger_iters", "init_dagger_epochs", "init_dagger_temperature")
-        rates = [f.name for f in dataclasses.fields(AlfworldInitKeys) if f.name.startswith("init_demo_")]
-        check_share(self, *(key for key in rates if isinstance(getattr(self, key), float)))
+        check_share(self, *(key for key in self._mix.help if isinstance(getattr(self, key), float)))
         if self.init_dagger_lr <= 0:
             raise bad_value("init_dagger_lr", self.init_dagger_lr, "> 0", "a learning rate")
 
     def alfworld_demos(self) -> AlfworldDemos:
-        return AlfworldDemos(
-            games_per_type=self.init_games_per_type,
-            game_size=self.init_game_size,
-            budget=DemoBudget(max_decisions=self.init_max_decisions, max_env_steps=self.init_max_env_steps),
-            mix=DemoMix(**prefixed_values(self, "init_demo_")),
+        return settings_of(
+            self, AlfworldDemos, budget=settings_of(self, DemoBudget), mix=settings_of(self, DemoMix)
         )
 
     def dagger(self, action_choice: str = "free") -> DaggerSettings:
         """`action_choice`: the rollout section's, which DAgger's own rollouts follow."""
-        return DaggerSettings(
-            iterations=self.init_dagger_iters,
-            epochs=self.init_dagger_epochs,
-            lr=self.init_dagger_lr,
-            points=self.init_dagger_points,
-            max_env_steps=self.init_dagger_env_steps,
-            temperature=self.init_dagger_temperature,
-            base=self.init_dagger_from,
-            fresh_games=self.init_dagger_fresh_games,
-            action_choice=action_choice,
-        )
+        return settings_of(self, DaggerSettings, action_choice=action_choice)

@@ -22,21 +22,16 @@ from selskill.skills.step_records import EpisodePrefix
 
 
 def bench_demo_mix():
-    """The expert calling its skills where they help, with the demonstrations' wrong moves."""
+    """The expert calling its skills where they help (`on`), never where they do not (`off`), with the
+    demonstrations' wrong moves (`mistake` and the rest at their defaults)."""
     from selskill.benchmarks.alfworld.demos import DemoMix
 
-    return DemoMix(
-        opening_memory=1.0,
-        premature_start=0.0,
-        premature_seen=0.0,
-        repeat_failed=0.0,
-        after_failure_memory=0.0,
-        useful=1.0,
-        place_memory=1.0,
-        wrong_executable=0.0,
-        second_memory=1.0,
-        random_memory=0.0,
-    )
+    on = ("opening_memory", "useful", "place_memory", "second_memory")
+    off = (
+        "premature_start", "premature_seen", "repeat_failed", "after_failure_memory", "wrong_executable",
+        "random_memory",
+    )  # fmt: skip
+    return DemoMix(**dict.fromkeys(on, 1.0), **dict.fromkeys(off, 0.0))
 
 
 def _traced_episode_class():

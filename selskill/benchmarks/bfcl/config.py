@@ -6,11 +6,12 @@ anything plays, so it imports nothing but the recipe's own checks.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from hashlib import sha256
 
 from selskill.benchmarks.bfcl.init_config import BfclInitKeys
 from selskill.config.checks import bad_value, check_choice
+from selskill.config.keys import key
 
 # BFCL multi-turn: four categories of the same 200 scenarios, split by scenario index
 CATEGORIES: tuple[str, ...] = ("base", "long_context", "miss_func", "miss_param")
@@ -40,39 +41,27 @@ class BfclConfig(BfclInitKeys):
 
     _argument_group_name = "benchmark bfcl"  # its heading in `--help`
 
-    bfcl_categories: str = field(
-        default="base,long_context,miss_func,miss_param",
-        metadata={"help": "comma-separated BFCL multi-turn categories"},
+    bfcl_categories: str = key(
+        "base,long_context,miss_func,miss_param", "comma-separated BFCL multi-turn categories"
     )
-    bfcl_test_fraction: float = field(
-        default=0.5,
-        metadata={"help": "share of the 200 scenarios in the test split (split by scenario index)"},
+    bfcl_test_fraction: float = key(
+        0.5, "share of the 200 scenarios in the test split (split by scenario index)"
     )
-    bfcl_split_seed: int = field(default=0, metadata={"help": "seed of the train/test scenario split"})
-    bfcl_scenarios: str = field(
-        default="",
-        metadata={
-            "help": "comma-separated scenario indices (0-199) to keep in both splits, after the split "
-            "(default: all)"
-        },
+    bfcl_split_seed: int = key(0, "seed of the train/test scenario split")
+    bfcl_scenarios: str = key(
+        "", "comma-separated scenario indices (0-199) to keep in both splits, after the split (default: all)"
     )
-    bfcl_withheld_callable: bool = field(
-        default=True,
-        metadata={
-            "help": "miss_func's withheld functions run when called before their turn (true, the default: "
-            "BFCL's own rule; false: refused as unknown names until revealed)"
-        },
+    bfcl_withheld_callable: bool = key(
+        True,
+        "miss_func's withheld functions run when called before their turn (true, the default: "
+        "BFCL's own rule; false: refused as unknown names until revealed)",
     )
-    turn_doc_style: str = field(
-        default="compact",
-        metadata={
-            "help": "function docs in the system prompt: compact | brief (no parameter notes) | json "
-            "(BFCL's own rendering, 31-48k characters for two classes)"
-        },
+    turn_doc_style: str = key(
+        "compact",
+        "function docs in the system prompt: compact | brief (no parameter notes) | json "
+        "(BFCL's own rendering, 31-48k characters for two classes)",
     )
-    turn_examples: bool = field(
-        default=True, metadata={"help": "few-shot examples in the system prompt (the paper's App. G)"}
-    )
+    turn_examples: bool = key(True, "few-shot examples in the system prompt (the paper's App. G)")
 
     def __post_init__(self):
         super().__post_init__()

@@ -50,8 +50,9 @@ from selskill.agent.turn_format import (
     render_action,
     render_skill_call,
 )
+from selskill.benchmarks.bfcl.config import DOC_STYLES
 from selskill.benchmarks.bfcl.decoding import decode
-from selskill.benchmarks.bfcl.env import DOC_STYLES, render_function_docs
+from selskill.benchmarks.bfcl.docs import render_function_docs
 from selskill.skills.step_records import EpisodePrefix, call_steps
 
 if TYPE_CHECKING:
@@ -132,7 +133,7 @@ class BfclTurnFormat(TurnFormat):
     style: str = "compact"
     show_admissible_commands: bool = False  # the names of the functions callable now, after each observation
     intro: str = BFCL_INTRO
-    doc_style: str = "compact"  # json | compact | brief (selskill.benchmarks.bfcl.env.render_function_docs)
+    doc_style: str = "compact"  # json | compact | brief (selskill.benchmarks.bfcl.docs.render_function_docs)
     examples: bool = True  # few-shot examples in the system prompt (the paper's App. G)
 
     def __post_init__(self) -> None:

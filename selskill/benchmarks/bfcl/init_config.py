@@ -1,16 +1,16 @@
 """BFCL's init keys: which train tasks its ground-truth demonstrations play, and the skill mix.
 
-`BfclDemoMix` holds the defaults; the `init_bfcl_*` keys take theirs from it and
-`bfcl_demo_mix` builds it. `BfclConfig`, the plugin's recipe section, carries these keys.
+`BfclDemoMix` holds the defaults; each `init_bfcl_*` rate key names the field it sets (`KeysOf`)
+and takes its type and default from it, and `bfcl_demo_mix` builds it. `BfclConfig`, the
+plugin's recipe section, carries these keys.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 from selskill.config.checks import check_at_least, check_share
-from selskill.config.keys import prefixed_values
+from selskill.config.keys import KeysOf, key, recipe_section, settings_of
 
 # --- BFCL's demonstrations ---------------------------------------------------------------------
 
@@ -31,41 +31,30 @@ class BfclDemoMix:
                 raise ValueError(f"init_bfcl_{name} must be in [0, 1], got {value}")
 
 
-@dataclass
+@recipe_section
 class BfclInitKeys:
     """The init keys of BFCL's recipe section."""
 
-    init_bfcl_tasks: int = field(
-        default=0,
-        metadata={
-            "help": "benchmark bfcl: train tasks demonstrated, the first N in the order the sample stage takes "
-            "them (0 = every task of the train split)"
+    init_bfcl_tasks: int = key(
+        0,
+        "benchmark bfcl: train tasks demonstrated, the first N in the order the sample stage takes "
+        "them (0 = every task of the train split)",
+    )
+    _mix = KeysOf(
+        BfclDemoMix,
+        "init_bfcl_",
+        {
+            "init_bfcl_opening_memory": "benchmark bfcl: see BfclDemoMix",
+            "init_bfcl_useful": "benchmark bfcl: see BfclDemoMix",
+            "init_bfcl_reference_memory": "benchmark bfcl: see BfclDemoMix",
+            "init_bfcl_wrong_executable": "benchmark bfcl: see BfclDemoMix",
+            "init_bfcl_missing_function": "benchmark bfcl: see BfclDemoMix",
         },
-    )
-    init_bfcl_opening_memory: float = field(
-        default=BfclDemoMix.opening_memory, metadata={"help": "benchmark bfcl: see BfclDemoMix"}
-    )
-    init_bfcl_useful: float = field(
-        default=BfclDemoMix.useful, metadata={"help": "benchmark bfcl: see BfclDemoMix"}
-    )
-    init_bfcl_reference_memory: float = field(
-        default=BfclDemoMix.reference_memory, metadata={"help": "benchmark bfcl: see BfclDemoMix"}
-    )
-    init_bfcl_wrong_executable: float = field(
-        default=BfclDemoMix.wrong_executable, metadata={"help": "benchmark bfcl: see BfclDemoMix"}
-    )
-    init_bfcl_missing_function: float = field(
-        default=BfclDemoMix.missing_function, metadata={"help": "benchmark bfcl: see BfclDemoMix"}
     )
 
     def __post_init__(self):
         check_at_least(self, 0, "init_bfcl_tasks", why="0 = every task of the train split")
-        check_share(
-            self,
-            *(f.name for f in dataclasses.fields(BfclInitKeys) if isinstance(getattr(self, f.name), float)),
-        )
+        check_share(self, *self._mix.help)
 
     def bfcl_demo_mix(self) -> BfclDemoMix:
-        rates = prefixed_values(self, "init_bfcl_")
-        del rates["tasks"]  # which tasks, not a rate: the builder's caller picks them
-        return BfclDemoMix(**rates)
+        return settings_of(self, BfclDemoMix)
