@@ -232,6 +232,22 @@ def test_the_eval_stage_records_the_option_and_writes_the_headroom(recipe, tmp_p
     assert sum(h["counts"].values()) == 3 and set(h["similarity"]) == {"positive", "negative", "no_effect"}
     want = skill_headroom(with_skills, without, n_boot=0)
     assert h["counts"] == want["counts"] and h["net_gain"] == want["net_gain"]
+    # `selskill bench profile` reads the pair; its default budgets stop at the one played
+    from selskill.cli import main
+
+    capsys.readouterr()
+    assert main(["bench", "profile", "--exp", str(runs / "t"), "--round", "1", "--played", "6"]) == 0
+    table = [
+        line for line in capsys.readouterr().out.splitlines() if line.startswith("| ") and line[2].isdigit()
+    ]
+    assert [line.split("|")[1].strip() for line in table] == ["6"]
+    assert (
+        main(
+            ["bench", "profile", "--exp", str(runs / "t"), "--round", "1", "--played", "6", "--budgets", "8"]
+        )
+        == 2
+    )
+    assert "budget 8 is above the 6 decisions" in capsys.readouterr().err
     # the round counts the eval complete only with its no-skills share; a rerun completes that alone
     with_option = load_recipe(["--config", str(recipe), "--eval_headroom", "true"])
     assert BY_NAME["eval"].complete_in(with_option)

@@ -103,10 +103,16 @@ def _policy_gpu(args: argparse.Namespace) -> int:
     return 0
 
 
+DEFAULT_BUDGETS = (8, 10, 12, 15, 20, 25, 30)
+
+
 def _profile_arguments(b: argparse.ArgumentParser) -> None:
     b.add_argument("--exp", required=True, help="experiment directory (runs/<exp>)")
     b.add_argument("--round", type=int, default=0, help="whose eval (0: the init policy's)")
-    b.add_argument("--budgets", default="8,10,12,15,20,25,30", help="decision budgets, comma-separated")
+    b.add_argument(
+        "--budgets",
+        help="decision budgets, comma-separated (default: those of 8,10,12,15,20,25,30 up to --played, and --played)",
+    )
     b.add_argument(
         "--played",
         type=int,
@@ -125,7 +131,10 @@ def _profile(args: argparse.Namespace) -> int:
     without = load_stage(args.exp, args.round, "eval-headroom").to_list()
     played = {r["task_id"] for r in without}
     with_skills = [r for r in load_stage(args.exp, args.round, "eval").to_list() if r["task_id"] in played]
-    budgets = [int(b) for b in args.budgets.split(",") if b.strip()]
+    if args.budgets:
+        budgets = [int(b) for b in args.budgets.split(",") if b.strip()]
+    else:  # a greedy episode is the same up to any smaller budget, never beyond the one played
+        budgets = sorted({b for b in DEFAULT_BUDGETS if b < args.played} | {args.played})
     profile = profile_by_budget(with_skills, without, budgets, played_budget=args.played)
     print(f"{args.exp} round {args.round}: {len(with_skills)} tasks played with and without skills")
     print(format_profile(profile))
