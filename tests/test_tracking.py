@@ -18,7 +18,7 @@ from fixtures_run import FORK_PLAN, SAMPLE_PLAN, write_fixture_run
 
 from selskill.config import load_recipe
 from selskill.data.layout import StageDir
-from selskill.metrics import sum_yields
+from selskill.measure.metrics import sum_yields
 
 pytest.importorskip("wandb")
 

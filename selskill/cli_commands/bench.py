@@ -120,7 +120,7 @@ def _profile(args: argparse.Namespace) -> int:
     import json
 
     from selskill.api import load_stage
-    from selskill.headroom import format_profile, profile_by_budget
+    from selskill.measure.headroom import format_profile, profile_by_budget
 
     without = load_stage(args.exp, args.round, "eval-headroom").to_list()
     played = {r["task_id"] for r in without}

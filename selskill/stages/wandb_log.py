@@ -19,7 +19,7 @@ from collections.abc import Sequence
 import yaml
 
 from selskill.data.layout import StageDir
-from selskill.metrics import METRICS, sum_yields
+from selskill.measure.metrics import METRICS, sum_yields
 from selskill.stages.paired_sr import paired_sr_vs_previous
 from selskill.tracking import flatten, log_run, wandb_wanted
 
