@@ -259,8 +259,8 @@ def stage_seconds(runs_dir: str, exps: list[str]) -> dict:
 
 
 def to_markdown(summary: dict) -> str:
-    from selskill import markdown
     from selskill.measure.metrics import LABELS, METRICS, format_value
+    from selskill.templates import markdown
 
     def cells(r: dict) -> list[str]:
         return [format_value(k, r["metrics"].get(k), r["ci"].get(k)) for k in METRICS]
