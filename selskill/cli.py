@@ -155,7 +155,7 @@ def add_commands(sub: argparse._SubParsersAction, cmds: Sequence[Command]) -> No
 
 
 def _add_log_level(p: argparse.ArgumentParser) -> None:
-    from selskill.logs import CHOICES
+    from selskill.monitor.logs import CHOICES
 
     p.add_argument(
         "--log_level",
@@ -184,7 +184,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     elif unknown:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     from selskill.errors import run_main
-    from selskill.logs import configure
+    from selskill.monitor.logs import configure
 
     configure(getattr(args, "log_level", "info"))  # a recipe's log_level applies once it is parsed
     return run_main(lambda: args.func(args))
