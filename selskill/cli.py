@@ -1,6 +1,6 @@
 """The `selskill` command line: one subcommand per user-facing job.
 
-Each subcommand is a `Command` (`selskill/command.py`) in a list; `build_parser` loops over
+Each subcommand is a `Command` (`selskill/cli_commands/command.py`) in a list; `build_parser` loops over
 the lists: the core ones (`selskill/cli_commands/`), which name no benchmark, and those a
 benchmark adds (`benchmark_commands`). Subcommands import their heavy dependencies lazily so
 `selskill --help` stays instant.
@@ -12,7 +12,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from selskill.command import Command
+from selskill.cli_commands.command import Command
 
 # commands with where each comes from (a module, a benchmark plugin), for an error that names both of a clash
 Sourced = list[tuple[str, Command]]
