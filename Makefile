@@ -24,7 +24,7 @@ export OMP_NUM_THREADS ?= 1
 export MKL_NUM_THREADS ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 export HF_HUB_OFFLINE ?= 1
-# wandb (report_to: wandb) is online where a key is set, offline where none is (selskill.tracking)
+# wandb (report_to: wandb) is online where a key is set, offline where none is (selskill.monitor.tracking)
 
 .PHONY: setup test lint format clean help
 

@@ -38,7 +38,7 @@ from pathlib import Path
 from IPython.display import HTML, display
 
 import selskill
-from selskill import pair_html as si
+from selskill.outputs import pair_html as si
 
 RUN = Path(os.environ.get("SELSKILL_RUN", "runs/tiny"))
 ROUND = os.environ.get("SELSKILL_ROUND") or None

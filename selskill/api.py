@@ -133,7 +133,7 @@ def export_pairs(
     overwrite: bool = False,
 ):
     """Round `round`'s pairs as TRL's conversational preference dataset in `out_dir` (Parquet + README.md
-    card); returns `selskill.export.Export` (paths and row count). See `selskill.export` for the format.
+    card); returns `selskill.outputs.export.Export` (paths and row count). See `selskill.outputs.export` for the format.
 
     `out_dir` must be new or empty unless `overwrite` (the export's files would replace a user's
     own `README.md` or `data/` files there without a word).
@@ -149,7 +149,7 @@ def export_pairs(
     """
     _stage_dir(run_dir, round, "label")  # a missing run or stage: what to run
     _check_export_folder(Path(out_dir), overwrite)
-    from selskill.export import write_export
+    from selskill.outputs.export import write_export
 
     return write_export(
         Path(run_dir),

@@ -1,6 +1,6 @@
 """The `selskill` command line: one subcommand per user-facing job.
 
-Each subcommand is a `Command` (`selskill/command.py`) in a list; `build_parser` loops over
+Each subcommand is a `Command` (`selskill/cli_commands/command.py`) in a list; `build_parser` loops over
 the lists: the core ones (`selskill/cli_commands/`), which name no benchmark, and those a
 benchmark adds (`benchmark_commands`). Subcommands import their heavy dependencies lazily so
 `selskill --help` stays instant.
@@ -12,7 +12,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from selskill.command import Command
+from selskill.cli_commands.command import Command
 
 # commands with where each comes from (a module, a benchmark plugin), for an error that names both of a clash
 Sourced = list[tuple[str, Command]]
@@ -155,7 +155,7 @@ def add_commands(sub: argparse._SubParsersAction, cmds: Sequence[Command]) -> No
 
 
 def _add_log_level(p: argparse.ArgumentParser) -> None:
-    from selskill.logs import CHOICES
+    from selskill.monitor.logs import CHOICES
 
     p.add_argument(
         "--log_level",
@@ -184,7 +184,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     elif unknown:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     from selskill.errors import run_main
-    from selskill.logs import configure
+    from selskill.monitor.logs import configure
 
     configure(getattr(args, "log_level", "info"))  # a recipe's log_level applies once it is parsed
     return run_main(lambda: args.func(args))

@@ -106,7 +106,7 @@ class Benchmark:
     # its turns are non-thinking by rule: the chat template is told so (`enable_thinking`) even in compact turns
     states_thinking: bool = False
     # `selskill bench retrieval` on it: the class of its own options there (its flags, and its labelled
-    # reference episodes: `selskill.bench_retrieval.RetrievalOptions`), imported when asked for
+    # reference episodes: `selskill.skills.retrieval_bench.RetrievalOptions`), imported when asked for
     retrieval: Callable[[], type] | None = None
     # `selskill` sub-commands of its own (selskill.cli's Command shape), and `selskill bench` ones
     commands: Callable[[], Sequence[Any]] = lambda: ()

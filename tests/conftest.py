@@ -15,7 +15,7 @@ from selskill.benchmarks.alfworld import generate as alfworld_gen  # noqa: E402
 @pytest.fixture(autouse=True)
 def _selskill_messages_at_info():
     """Every test starts as a command does: selskill's messages at INFO on stderr (a level a test set stays)."""
-    from selskill.logs import configure
+    from selskill.monitor.logs import configure
 
     configure("info")
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from selskill.data.layout import StageDir
 from selskill.data.schema import ROLE_ASSISTANT, ROLE_OBSERVATION, ROLE_PROMPT, ROLE_SKILL_RETURN
 from selskill.data.shards import write_json_atomic, write_shard
-from selskill.metrics import compute_metrics, metrics_by_task_type
+from selskill.measure.metrics import compute_metrics, metrics_by_task_type
 from selskill.registry import step_measure
 from selskill.stages.label import episode_pairs, local_pair, yield_summary
 

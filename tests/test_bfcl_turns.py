@@ -45,7 +45,7 @@ from selskill.benchmarks.bfcl.env import (  # noqa: E402
     task_function_docs,
 )
 from selskill.data.schema import ROLE_OBSERVATION, ROLE_SKILL_RETURN  # noqa: E402
-from selskill.metrics import compute_metrics  # noqa: E402
+from selskill.measure.metrics import compute_metrics  # noqa: E402
 from selskill.policy.base import Generation  # noqa: E402
 from selskill.policy.bootstrap import train_tokenizer  # noqa: E402
 from selskill.registry import step_measure  # noqa: E402

@@ -80,7 +80,7 @@ def test_a_benchmark_adds_its_commands_through_benchmark_commands(monkeypatch, c
     """The core lists name no benchmark: what `benchmark_commands` returns is all a benchmark adds,
     top-level and under `selskill bench`, each with its own options and exit status."""
     import selskill.cli as cli
-    from selskill.command import Command
+    from selskill.cli_commands.command import Command
 
     ran = []
     top = Command(
@@ -222,7 +222,7 @@ def test_a_command_defined_twice_is_refused_naming_both_sources(monkeypatch):
     """A benchmark's command may not take the name of a core command or of another benchmark's: argparse
     would keep one of them silently."""
     import selskill.cli as cli
-    from selskill.command import Command
+    from selskill.cli_commands.command import Command
 
     round_again = Command("round", help="r", description="R.", run=lambda args: 0)
     monkeypatch.setattr(cli, "benchmark_commands", lambda: ([("benchmark x (x_plugin)", round_again)], []))

@@ -14,7 +14,7 @@ from selskill.data.contract import read_stage
 from selskill.data.layout import StageDir
 from selskill.data.schema import PAIR_SCHEMA
 from selskill.data.shards import read_shards, shard_digest, write_json_atomic, write_shard
-from selskill.export import EXPORT_SCHEMA, conversational_row, export_table
+from selskill.outputs.export import EXPORT_SCHEMA, conversational_row, export_table
 
 
 @pytest.fixture(scope="module")
@@ -206,7 +206,7 @@ def test_the_card_states_the_max_length_stock_trl_needs_and_it_keeps_every_pair(
     from datasets import load_dataset
     from trl import DPOConfig
 
-    from selskill.export import TRL_DEFAULT_MAX_LENGTH
+    from selskill.outputs.export import TRL_DEFAULT_MAX_LENGTH
 
     assert DPOConfig.__dataclass_fields__["max_length"].default == TRL_DEFAULT_MAX_LENGTH
     long_prompt = [("system", " ".join([SYSTEM[1]] * 60)), TASK]

@@ -10,7 +10,7 @@ import yaml
 from selskill.agent.eval_modes import SELF_REASONING as EXPLICIT_SKIP
 from selskill.config.stages import EvalConfig
 from selskill.data.layout import StageDir
-from selskill.headroom import budget_curve, invoked_skills, skill_headroom, within_budget
+from selskill.measure.headroom import budget_curve, invoked_skills, skill_headroom, within_budget
 from selskill.skills import Skill, SkillLibrary
 from selskill.skills.scorers import BM25Scorer, skill_document
 

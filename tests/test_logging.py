@@ -10,7 +10,7 @@ import pytest
 from fixtures_run import write_fixture_run
 
 from selskill.config import load_recipe
-from selskill.logs import configure, level_number
+from selskill.monitor.logs import configure, level_number
 from selskill.stages.table import stage_main
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,11 +1,11 @@
-"""selskill.metrics' bootstrap: every resample is the point estimate of the rows it draws, seeded."""
+"""selskill.measure.metrics' bootstrap: every resample is the point estimate of the rows it draws, seeded."""
 
 import random
 
 import numpy as np
 import pytest
 
-from selskill.metrics import (
+from selskill.measure.metrics import (
     METRICS,
     _draw_counts,
     _episodes,

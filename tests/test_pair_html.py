@@ -1,11 +1,11 @@
-"""selskill.pair_html: pair HTML marks the branch point, highlights exactly the masked-in
+"""selskill.outputs.pair_html: pair HTML marks the branch point, highlights exactly the masked-in
 tokens, colours by role, escapes text; filters and the yield table."""
 
 from html.parser import HTMLParser
 
 import pytest
 
-from selskill import pair_html as si
+from selskill.outputs import pair_html as si
 
 
 class _Spans(HTMLParser):

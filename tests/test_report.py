@@ -10,7 +10,7 @@ from fixtures_run import write_fixture_run
 
 from selskill import report as rp
 from selskill.cli import main
-from selskill.metrics import LABELS, METRICS, format_value, paired_sr_difference, sum_yields
+from selskill.measure.metrics import LABELS, METRICS, format_value, paired_sr_difference, sum_yields
 from selskill.report import data as report_data
 from selskill.report import plots as report_plots
 from selskill.report import render as report_render
@@ -109,7 +109,7 @@ def test_metrics_table_equals_fixture_metrics(built):
 
 
 def test_headroom_section_renders_the_headroom_of_each_round_that_measured_it(built, tmp_path):
-    from selskill.headroom import skill_headroom
+    from selskill.measure.headroom import skill_headroom
 
     exp, rep = built
     assert "Skills' headroom" not in rep.markdown.read_text()  # no metrics.json has it

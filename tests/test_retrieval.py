@@ -509,13 +509,13 @@ def test_capability_check_parsing():
 
 def test_bfcl_relevance_and_replayed_events():
     pytest.importorskip("bfcl_eval")
-    from selskill.bench_retrieval import evaluate, format_table, parse_sizes
     from selskill.benchmarks.bfcl.retrieval_bench import (
         _function_classes,
         bfcl_episodes,
         bfcl_relevant,
         workflow_functions,
     )
+    from selskill.skills.retrieval_bench import evaluate, format_table, parse_sizes
 
     lib = load_bfcl_skills()
     fns, flows = _function_classes(), workflow_functions(lib)
@@ -540,8 +540,8 @@ def test_bfcl_relevance_and_replayed_events():
 
 
 def test_bench_retrieval_parser():
-    from selskill.bench_retrieval import RetrievalBench, retrieval_options
     from selskill.cli import build_parser
+    from selskill.skills.retrieval_bench import RetrievalBench, retrieval_options
 
     args = build_parser().parse_args(
         ["bench", "retrieval", "--envs", "bfcl", "--scorers", "bm25", "--sizes", "own"]

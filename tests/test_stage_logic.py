@@ -8,7 +8,7 @@ import pytest
 from fixtures_run import chat_fields
 
 from selskill.data.schema import ROLE_ASSISTANT, ROLE_OBSERVATION, ROLE_PROMPT
-from selskill.metrics import compute_metrics, paired_sr_difference
+from selskill.measure.metrics import compute_metrics, paired_sr_difference
 from selskill.registry import step_measure
 from selskill.stages.branch import BranchConfig, select_points, turn_scores
 from selskill.stages.label import completion, episode_pairs, local_pair

@@ -18,7 +18,7 @@ from fixtures_run import FORK_PLAN, SAMPLE_PLAN, write_fixture_run
 
 from selskill.config import load_recipe
 from selskill.data.layout import StageDir
-from selskill.metrics import sum_yields
+from selskill.measure.metrics import sum_yields
 
 pytest.importorskip("wandb")
 
@@ -160,7 +160,7 @@ def test_the_report_logs_its_plots_as_images_where_the_stages_logged(exp):
 
 
 def test_without_wandb_installed_one_line_says_so_and_the_stages_run_on(exp, monkeypatch, capsys):
-    import selskill.tracking as tracking
+    import selskill.monitor.tracking as tracking
     from selskill.stages.wandb_log import log_stage
 
     monkeypatch.setitem(sys.modules, "wandb", None)  # `import wandb` fails as if it were not installed
@@ -174,7 +174,7 @@ def test_without_wandb_installed_one_line_says_so_and_the_stages_run_on(exp, mon
 def test_wandb_is_online_where_a_key_is_set_and_offline_where_none_is(tmp_path, monkeypatch):
     """A key (WANDB_API_KEY, or the netrc entry `wandb login` writes) means the user has an account: log online.
     None: offline, never a login prompt. WANDB_MODE, when set, decides."""
-    from selskill.tracking import wandb_mode
+    from selskill.monitor.tracking import wandb_mode
 
     home = tmp_path / "home"
     home.mkdir()

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import argparse
 
-from selskill.command import Command
+from selskill.cli_commands.command import Command
 
 
 def _retrieval_arguments(b: argparse.ArgumentParser) -> None:
-    from selskill.bench_retrieval import retrieval_options
+    from selskill.skills.retrieval_bench import retrieval_options
 
     options = retrieval_options()
     b.add_argument("--envs", nargs="+", default=list(options), choices=list(options), help="the benchmarks")
@@ -36,7 +36,7 @@ def _retrieval_arguments(b: argparse.ArgumentParser) -> None:
 
 
 def _retrieval(args: argparse.Namespace) -> int:
-    from selskill.bench_retrieval import main as bench_retrieval_main
+    from selskill.skills.retrieval_bench import main as bench_retrieval_main
 
     return bench_retrieval_main(args)
 
@@ -126,7 +126,7 @@ def _profile(args: argparse.Namespace) -> int:
     import json
 
     from selskill.api import load_stage
-    from selskill.headroom import format_profile, profile_by_budget
+    from selskill.measure.headroom import format_profile, profile_by_budget
 
     without = load_stage(args.exp, args.round, "eval-headroom").to_list()
     played = {r["task_id"] for r in without}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from selskill.command import Command
+from selskill.cli_commands.command import Command
 
 
 def _report_arguments(p: argparse.ArgumentParser) -> None:

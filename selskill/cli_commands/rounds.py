@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from selskill.command import Command
+from selskill.cli_commands.command import Command
 
 
 def _train_parser(**kwargs) -> argparse.ArgumentParser:

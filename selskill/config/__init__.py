@@ -185,7 +185,7 @@ def parse_sections(argv: Sequence[str] | None = None, dataclass_types: Sequence[
 def _apply_log_level(sections: Sequence) -> None:
     """The recipe's `log_level` from here on: every process of a run parses its recipe (stage workers and
     relaunched trainers rebuild it from its command line), so each says as much as the user asked for."""
-    from selskill.logs import configure
+    from selskill.monitor.logs import configure
 
     for section in sections:
         if isinstance(section, RunConfig):

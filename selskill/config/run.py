@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from selskill.config.checks import check_choice
 from selskill.config.keys import key
-from selskill.logs import CHOICES as LOG_LEVELS
+from selskill.monitor.logs import CHOICES as LOG_LEVELS
 from selskill.registry import DEFAULT_BENCHMARK, benchmark, names
 
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from selskill.data.layout import round_numbers
+from selskill.monitor.tracking import log_report_plots
 from selskill.registry import wording_of
 from selskill.report.data import exp_benchmark, load_mode_metrics, load_round, round_label
 from selskill.report.render import to_html, to_markdown
@@ -39,7 +40,6 @@ from selskill.report.sections import (
     plots_section,
     yield_section,
 )
-from selskill.tracking import log_report_plots
 
 __all__ = ["Report", "build_report"]
 

@@ -16,8 +16,8 @@ from pathlib import Path
 from selskill.data.contract import read_stage_as_is
 from selskill.data.layout import StageDir, round_dir
 from selskill.data.schema import ROLE_ASSISTANT
-from selskill.metrics import compute_metrics, metrics_by_task_type, sum_yields
-from selskill.metrics import paired_sr_difference as _paired
+from selskill.measure.metrics import compute_metrics, metrics_by_task_type, sum_yields
+from selskill.measure.metrics import paired_sr_difference as _paired
 from selskill.registry import DEFAULT_BENCHMARK, step_measure
 
 EVAL_COLUMNS = [

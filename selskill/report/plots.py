@@ -7,7 +7,7 @@ import math
 from collections import Counter
 from pathlib import Path
 
-from selskill.metrics import LABELS, METRICS, PERCENT
+from selskill.measure.metrics import LABELS, METRICS, PERCENT
 from selskill.report.data import RoundData, round_label
 
 PLOTS = {

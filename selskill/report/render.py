@@ -6,7 +6,8 @@ from __future__ import annotations
 import base64
 from pathlib import Path
 
-from selskill import markdown, templates
+from selskill import templates
+from selskill.templates import markdown
 
 
 def to_markdown(blocks: list[tuple]) -> str:

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from selskill.metrics import LABELS, METRICS, format_value
+from selskill.measure.metrics import LABELS, METRICS, format_value
 from selskill.registry import wording_of
 from selskill.report.data import RoundData, paired_sr, round_label
 from selskill.report.plots import (

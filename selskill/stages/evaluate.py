@@ -5,7 +5,7 @@ the shards; `metrics.json` holds the point estimates and bootstrap intervals, ov
 per task type, for each split.
 
 With `eval_headroom` the first split's tasks are also played without skills (`no_skills`),
-and `metrics.json` gets the skills' headroom of that split (`selskill.headroom`). Those
+and `metrics.json` gets the skills' headroom of that split (`selskill.measure.headroom`). Those
 episodes are a stage of their own next to the eval stage (`EvalConfig.headroom_stage`,
 recording what it plays as its inputs; each rank computes its share after its eval share,
 and the round counts the eval complete once both are), so the eval stage keeps one episode
@@ -30,8 +30,8 @@ from selskill.data.inputs import StageInputs
 from selskill.data.rank_writer import run_rank
 from selskill.data.shards import write_json_atomic
 from selskill.data.stage_stats import StageStats
-from selskill.headroom import invoked_skills, skill_headroom
-from selskill.metrics import compute_metrics, metrics_by_task_type
+from selskill.measure.headroom import invoked_skills, skill_headroom
+from selskill.measure.metrics import compute_metrics, metrics_by_task_type
 from selskill.registry import benchmark
 from selskill.stages.policy_source import eval_policy_path, load_policy
 from selskill.stages.round_step import PolicyStep
@@ -126,7 +126,7 @@ def headroom_summary(
 ) -> dict:
     """{first eval split: `skill_headroom` of its eval rows vs the no-skills rows `without`}, with
     Panel B over the library the eval mode offered and the turn budget the episodes were played
-    with (`max_decisions`, what `selskill.headroom.within_budget` needs to cut them to a smaller one)."""
+    with (`max_decisions`, what `selskill.measure.headroom.within_budget` needs to cut them to a smaller one)."""
     split = cfg.splits[0]
     mine = [r for r in rows if r["task_id"].startswith(f"{split}/")]
     called = sorted(r["task_id"] for r in mine if invoked_skills(r))
@@ -244,7 +244,7 @@ def load_metrics(path: str | Path) -> dict:
 
 def format_overall(overall: dict) -> str:
     """One split's headline metrics with their intervals, as every command prints them."""
-    from selskill.metrics import LABELS, METRICS, format_value
+    from selskill.measure.metrics import LABELS, METRICS, format_value
 
     ci = overall.get("ci", {})
     return "  ".join(f"{LABELS[k]}={format_value(k, overall.get(k), ci.get(k))}" for k in METRICS)

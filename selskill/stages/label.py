@@ -14,7 +14,7 @@ the winning arm's best continuation and the losing arm's, so the rule changes wh
 exist and which way they point, never their schema. Episode pairs compare, per task, the
 shortest successful sample with up to `label_episode_max_rejected` of the longest failures.
 
-What a step is depends on the benchmark (`selskill.metrics.step_measure`, the one owner of
+What a step is depends on the benchmark (`selskill.measure.metrics.step_measure`, the one owner of
 that rule, shared with the Avg. Steps metric). BFCL counts function-call steps
 (`env_steps`). On ALFWorld a step is one agent decision: an action, a skill call
 (memory or executable, precise or not) or a malformed turn, i.e. one assistant turn

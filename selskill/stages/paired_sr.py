@@ -27,7 +27,7 @@ def paired_sr_vs_previous(run) -> dict:
 
 def paired_sr_between(runs_dir: str, exp: str, a: int, b: int) -> dict:
     """Per split: SR(round b) - SR(round a) on the same games ({} unless both were evaluated)."""
-    from selskill.metrics import paired_sr_difference
+    from selskill.measure.metrics import paired_sr_difference
 
     before, after = _eval_outcomes(runs_dir, exp, a), _eval_outcomes(runs_dir, exp, b)
     if not before or not after:

@@ -115,7 +115,7 @@ def _metrics(runs_dir: str, exp: str, r: int, split: str) -> tuple[dict | None, 
 
 
 def _yield(runs_dir: str, exp: str, r: int) -> dict:
-    from selskill.metrics import sum_yields
+    from selskill.measure.metrics import sum_yields
 
     stats = [
         json.loads(p.read_text())
@@ -125,7 +125,7 @@ def _yield(runs_dir: str, exp: str, r: int) -> dict:
 
 
 def summary_rows(runs_dir: str, main: str, split: str = "valid_seen") -> dict:
-    from selskill.metrics import METRICS
+    from selskill.measure.metrics import METRICS
 
     def row(exp: str, r: int) -> dict:
         m, headroom = _metrics(runs_dir, exp, r, split)
@@ -259,8 +259,8 @@ def stage_seconds(runs_dir: str, exps: list[str]) -> dict:
 
 
 def to_markdown(summary: dict) -> str:
-    from selskill import markdown
-    from selskill.metrics import LABELS, METRICS, format_value
+    from selskill.measure.metrics import LABELS, METRICS, format_value
+    from selskill.templates import markdown
 
     def cells(r: dict) -> list[str]:
         return [format_value(k, r["metrics"].get(k), r["ci"].get(k)) for k in METRICS]

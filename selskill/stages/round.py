@@ -16,7 +16,7 @@ from selskill.config import Recipe
 from selskill.data.layout import StageDir, resolve_round_policy, round_dir
 from selskill.data.stage_stats import collect_stats
 from selskill.executors import Executor, make_executor
-from selskill.metrics import sum_yields
+from selskill.measure.metrics import sum_yields
 from selskill.stages.paired_sr import paired_sr_vs_previous
 from selskill.stages.table import recipe_stages, run_entry
 

@@ -19,9 +19,9 @@ from collections.abc import Sequence
 import yaml
 
 from selskill.data.layout import StageDir
-from selskill.metrics import METRICS, sum_yields
+from selskill.measure.metrics import METRICS, sum_yields
+from selskill.monitor.tracking import flatten, log_run, wandb_wanted
 from selskill.stages.paired_sr import paired_sr_vs_previous
-from selskill.tracking import flatten, log_run, wandb_wanted
 
 
 def _columns(stage: StageDir, ranks: range, names: list[str]) -> list[dict]:

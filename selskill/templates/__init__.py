@@ -1,5 +1,5 @@
 """The HTML selskill writes (the report page, the notebook's pair views) as jinja2 templates, the
-`*.html.j2` files beside this module.
+`*.html.j2` files beside this module; the Markdown tables it writes are `markdown.table`.
 
 Autoescaping is on for every template, so run and model text (task ids, notes, decoded
 tokens) is escaped wherever a template puts it; only what a template itself rendered (a

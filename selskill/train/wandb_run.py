@@ -1,7 +1,7 @@
 """The train stage's wandb run: TRL's `report_to` logs into it, shaped like every other stage's.
 
 Group `<exp>`, job type `train`, name `<exp>-round<r>-train`, files under the stage's directory
-(`selskill.tracking` says why one run per stage). Its id is kept in the stage's directory, so a
+(`selskill.monitor.tracking` says why one run per stage). Its id is kept in the stage's directory, so a
 resumed training logs on into the same run.
 """
 
@@ -16,9 +16,9 @@ WANDB_ID_FILE = "wandb_id"
 
 
 def setup_wandb(run, cfg, stage_path: Path, is_main: bool) -> None:
-    """wandb run with group=<exp>, job_type=train, like every stage's (`selskill.tracking`): online where a key
+    """wandb run with group=<exp>, job_type=train, like every stage's (`selskill.monitor.tracking`): online where a key
     is set, offline where none is, unless WANDB_MODE says otherwise; off when WANDB_MODE=disabled."""
-    from selskill.tracking import wandb_mode, wandb_wanted
+    from selskill.monitor.tracking import wandb_mode, wandb_wanted
 
     if not wandb_wanted(cfg.report_to):
         cfg.report_to = [r for r in cfg.report_to or [] if r != "wandb"]

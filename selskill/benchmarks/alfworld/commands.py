@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from selskill.command import Command
+from selskill.cli_commands.command import Command
 
 
 def _quiet(p: argparse.ArgumentParser) -> None:

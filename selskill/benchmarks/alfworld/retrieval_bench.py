@@ -15,9 +15,9 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 
-from selskill.bench_retrieval import Episode, Event, RetrievalBench
 from selskill.benchmarks.alfworld.episode import NAVIGATION
 from selskill.skills.model import SkillLibrary
+from selskill.skills.retrieval_bench import Episode, Event, RetrievalBench
 from selskill.skills.step_records import EpisodePrefix
 
 
@@ -106,7 +106,7 @@ def alfworld_episodes(
 
 @dataclass(frozen=True)
 class AlfworldRetrieval:
-    """ALFWorld's options of `selskill bench retrieval` (`selskill.bench_retrieval.RetrievalOptions`)."""
+    """ALFWorld's options of `selskill bench retrieval` (`selskill.skills.retrieval_bench.RetrievalOptions`)."""
 
     alfworld_games: str | None = None  # None: tiny games generated for this run, removed after
     alfworld_split: str = "valid_seen"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from selskill.command import Command
+from selskill.cli_commands.command import Command
 
 
 def _gt_arguments(p: argparse.ArgumentParser) -> None:

@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from selskill.bench_retrieval import Episode, Event, RetrievalBench
 from selskill.benchmarks.bfcl.config import SPLITS
 from selskill.skills.model import SkillLibrary
+from selskill.skills.retrieval_bench import Episode, Event, RetrievalBench
 from selskill.skills.step_records import EpisodePrefix, call_steps
 
 BFCL_REFERENCE_SKILLS = {
@@ -98,7 +98,7 @@ def bfcl_episodes(
 
 @dataclass(frozen=True)
 class BfclRetrieval:
-    """BFCL's options of `selskill bench retrieval` (`selskill.bench_retrieval.RetrievalOptions`)."""
+    """BFCL's options of `selskill bench retrieval` (`selskill.skills.retrieval_bench.RetrievalOptions`)."""
 
     bfcl_split: str = "test"
     bfcl_limit: int | None = None  # only the first N tasks of the split

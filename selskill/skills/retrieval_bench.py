@@ -29,12 +29,12 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Protocol
 
-from selskill import markdown
 from selskill.skills.distractors import library_of_size
 from selskill.skills.model import SkillLibrary
 from selskill.skills.retrieval import RetrievalConfig, SkillRetriever
 from selskill.skills.scorers import DEFAULT_DENSE_MODEL, DenseEncoder, dense_unavailable
 from selskill.skills.step_records import EpisodePrefix
+from selskill.templates import markdown
 
 KS: tuple[int, ...] = (1, 3, 5)
 DEFAULT_SIZES = "own,68,250,1000"

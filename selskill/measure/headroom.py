@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 
-from selskill.metrics import paired_sr_difference
+from selskill.measure.metrics import paired_sr_difference
 from selskill.skills.model import SkillLibrary
 from selskill.skills.scorers import BM25Scorer, skill_document
 
@@ -159,7 +159,7 @@ def within_budget(rows: Sequence[dict], budget: int, played_budget: int | None =
     it) cannot say what a larger budget would have done: such a `budget` is refused.
 
     Returns outcome records (`task_id`, `task_type`, `success`, `n_turns`, `turns`,
-    `termination`, and the counters `selskill.metrics.compute_metrics` reads, recounted from the
+    `termination`, and the counters `selskill.measure.metrics.compute_metrics` reads, recounted from the
     kept turns), not rollout rows: a cut episode's tokens are not recomputed.
     """
     if budget < 1:
@@ -235,7 +235,7 @@ def profile_by_budget(
     The paper's round starts from a policy that wins without its skills and calls them too often;
     this is the table that says whether an init has that profile, and at which budget.
     """
-    from selskill.metrics import compute_metrics
+    from selskill.measure.metrics import compute_metrics
 
     out = {}
     for b in sorted(set(budgets)):
@@ -250,7 +250,7 @@ def profile_by_budget(
 
 def format_profile(profile: Mapping[int, dict]) -> str:
     """`profile_by_budget` as a markdown table, one row per budget."""
-    from selskill.metrics import format_value
+    from selskill.measure.metrics import format_value
 
     head = (
         "| budget | SR with skills | SR without | Skill/ep | Exec. Prec. | Avg. Steps | "

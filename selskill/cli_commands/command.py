@@ -3,7 +3,7 @@
 Commands are values so that the `selskill` parser is one loop over lists (`selskill.cli`),
 and so that a benchmark contributes its own commands (top-level ones and `selskill bench`
 ones) as lists of the same shape without the CLI naming the benchmark. This module imports
-nothing of selskill: any layer that owns a command can build one.
+nothing of selskill, so a benchmark's package builds its commands without importing the CLI.
 """
 
 from __future__ import annotations
