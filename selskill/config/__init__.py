@@ -2,7 +2,7 @@
 
 A recipe is parsed into one dataclass per section, all defined in this package, which
 imports of selskill only the layers below it (`selskill.registry`, to find each benchmark's
-own section, and `selskill.logs`, to apply `log_level`): the stages, the init builders and
+own section, and `selskill.monitor.logs`, to apply `log_level`): the stages, the init builders and
 the trainer import their section from here, never the reverse, so parsing a recipe loads
 none of the code it configures.
 

@@ -44,10 +44,10 @@ class RunConfig:
     report_to: None | str | list[str] = key(
         "none",
         "where the run reports: wandb (every stage and the trainer log to wandb, offline without a key; "
-        "selskill.tracking) or none; the train stage passes it to TRL's DPOConfig, so TRL's other "
+        "selskill.monitor.tracking) or none; the train stage passes it to TRL's DPOConfig, so TRL's other "
         "integrations reach the trainer",
     )
-    # TrainingArguments' key, for the whole run: selskill's messages in every process (selskill.logs) and, when
+    # TrainingArguments' key, for the whole run: selskill's messages in every process (selskill.monitor.logs) and, when
     # the train stage runs, transformers' (TRL's meaning); any case, as Python's level names are upper case
     log_level: str = key(
         "passive",
