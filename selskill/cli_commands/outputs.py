@@ -81,17 +81,9 @@ def _export_pairs_arguments(p: argparse.ArgumentParser) -> None:
 def _export_pairs(args: argparse.Namespace) -> int:
     from selskill.api import export_pairs
 
-    out = export_pairs(
-        args.exp,
-        args.round,
-        args.out,
-        window_n=args.window_n,
-        recipe=args.recipe,
-        push_to_hub=args.push_to_hub,
-        tokenizer=args.tokenizer,
-        license=args.license,
-        overwrite=args.overwrite,
-    )
+    # the command's options are export_pairs' keyword parameters, by name
+    options = ("window_n", "recipe", "push_to_hub", "tokenizer", "license", "overwrite")
+    out = export_pairs(args.exp, args.round, args.out, **{name: getattr(args, name) for name in options})
     pushed = f"; pushed to the hub as {args.push_to_hub}" if args.push_to_hub else ""
     need = (
         f"; trl.DPOTrainer needs max_length >= {out.lengths.max_length} to keep every pair whole (the card says how)"

@@ -35,32 +35,40 @@ def _opening(title: str, text: str) -> list[tuple]:
     return [("h", 2, title), ("p", text)]
 
 
+def _none_yet(title: str, what: str, where: str) -> list[tuple]:
+    """The whole of a section no round has data for yet: what is missing, and where a round writes it."""
+    return _opening(title, f"No round has {what} yet (runs/<exp>/round_<r>/{where}).")
+
+
+def _by_split(have: list[RoundData], key: str) -> dict[str, list[tuple[RoundData, dict]]]:
+    """Each split the rounds' `metrics[key]` measure, in name order, with the rounds that measured it (in
+    their order) and their figures of it: a section's table of a split has a row for each of them."""
+    splits = sorted({s for d in have for s in d.metrics.get(key, {})})
+    figures = {s: [(d, d.metrics.get(key, {}).get(s)) for d in have] for s in splits}
+    return {s: [(d, m) for d, m in pairs if m is not None] for s, pairs in figures.items()}
+
+
 def metrics_section(
     rounds: list[RoundData], n_boot: int, seed: int, notes: list[str], benchmark: str
 ) -> list[tuple]:
-    words = wording_of(benchmark)
+    title = "Held-out metrics across rounds"
     have = [d for d in rounds if d.metrics]
+    if not have:
+        return _none_yet(title, "eval results", "eval/metrics.json")
+    words = wording_of(benchmark)
     blocks = _opening(
-        "Held-out metrics across rounds",
-        "No round has eval results yet (runs/<exp>/round_<r>/eval/metrics.json)."
-        if not have
-        else "Like the paper's Table 1. init = round 0 (the init policy), Rr = the model trained in round r. "
+        title,
+        "Like the paper's Table 1. init = round 0 (the init policy), Rr = the model trained in round r. "
         "SR, Exec. Prec., SR@Invoke, SR@Skip and Malformed (malformed turns / turns) in %; Skill/ep and Avg. "
         f"Steps ({words.steps}) per episode. [95% bootstrap interval over episodes]. ΔSR vs init: SR(Rr) − "
         "SR(init) on the same tasks in percentage points with a paired bootstrap interval "
         f"({n_boot} resamples, seed {seed}).",
     )
-    if not have:
-        return blocks
     init = next((d for d in rounds if d.round == 0), None)
-    splits = sorted({s for d in have for s in d.metrics.get("splits", {})})
     headers = ["Round", "Episodes"] + [LABELS[m] for m in METRICS] + ["ΔSR vs init (pp)"]
-    for split in splits:
+    for split, measured in _by_split(have, "splits").items():
         rows = []
-        for d in have:
-            m = d.metrics["splits"].get(split)
-            if m is None:
-                continue
+        for d, m in measured:
             o = m["overall"]
             ci = o.get("ci") or {}
             if d.round == 0:
@@ -135,13 +143,9 @@ def headroom_section(rounds: list[RoundData]) -> list[tuple]:
         "BM25 negative",
         "BM25 no effect",
     ]
-    splits = sorted({s for d in have for s in d.metrics["headroom"]})
-    for split in splits:
+    for split, measured in _by_split(have, "headroom").items():
         rows = []
-        for d in have:
-            h = d.metrics["headroom"].get(split)
-            if h is None:
-                continue
+        for d, h in measured:
             rows.append(
                 [round_label(d.round), h["tasks"]]
                 + [_count_share(h, c) for c in ("positive", "negative", "both_won", "both_lost")]
@@ -186,16 +190,15 @@ def baselines_section(rounds: list[RoundData], modes: dict[int, dict[str, dict]]
 
 
 def yield_section(rounds: list[RoundData]) -> list[tuple]:
+    title = "Pair yield per round"
     have = [d for d in rounds if d.yield_]
+    if not have:
+        return _none_yet(title, "label stats", "label/stats/*.json")
     blocks = _opening(
-        "Pair yield per round",
-        "No round has label stats yet (runs/<exp>/round_<r>/label/stats/*.json)."
-        if not have
-        else "From the label stage's stats (summed over ranks). Tasks = training tasks sampled this round; "
+        title,
+        "From the label stage's stats (summed over ranks). Tasks = training tasks sampled this round; "
         "invoke-preferred = share of local pairs whose chosen side is the invoke arm.",
     )
-    if not have:
-        return blocks
     kinds = sorted({k for d in have for k in d.yield_["pairs_by_kind"]} | {"episode", "local"})
     headers = ["Round", "Tasks", "Pairs"] + [f"{k} pairs/task" for k in kinds] + ["Invoke-preferred (local)"]
     rows = []

@@ -379,15 +379,13 @@ def fit_policy_from_config(cfg, tokenizer=None) -> FitPolicy:
 
 def build_from_config(table: pa.Table, cfg, tokenizer=None) -> tuple[list[dict], PairStats]:
     """build_examples with every knob taken from a TrainConfig."""
+    # build_examples' filters are the `train_<name>` keys of the same names
+    filters = ("local_fraction", "overflow", "branch_pools", "local_reasons", "max_pairs")
     return build_examples(
         table,
         kinds=cfg.kinds,
         n=cfg.window_turns,
         policy=fit_policy_from_config(cfg, tokenizer),
-        local_fraction=cfg.train_local_fraction,
         seed=cfg.seed,
-        overflow=cfg.train_overflow,
-        branch_pools=cfg.train_branch_pools,
-        local_reasons=cfg.train_local_reasons,
-        max_pairs=cfg.train_max_pairs,
+        **{name: getattr(cfg, f"train_{name}") for name in filters},
     )
