@@ -164,10 +164,11 @@ def test_training_parses_only_its_sections():
         "config",
         "data",
         "errors",
-        "logs",
+        "monitor",
         "registry",
         "train",
     }, loaded
+    assert "selskill.monitor.tracking" not in loaded, loaded
     # of a benchmark plugin only what declares its recipe section: no environment, turn format or init
     plugins = [m for m in loaded if m.startswith("selskill.benchmarks.")]
     assert plugins and all(m.count(".") == 2 or m.endswith("config") for m in plugins), plugins
