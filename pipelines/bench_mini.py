@@ -1,4 +1,4 @@
-"""The mini replication: `python pipelines/bench_mini.py --config recipes/mini.yaml [--no-ablations]`
+"""The mini replication: `python pipelines/bench_mini.py --config recipes/mini.yaml [--ablations comparisons|all|none]`
 (what `make bench-mini` runs), the same as `selskill bench mini`."""
 
 import sys

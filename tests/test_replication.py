@@ -95,7 +95,9 @@ def test_a_branching_variant_without_pairs_does_not_stop_the_benchmark(runs, mon
     monkeypatch.setattr(rep, "run_round", fake_round)
     monkeypatch.setattr(rep, "round_1_pairs", lambda argv: (None, None))
     monkeypatch.setattr(rep, "trainable_pairs", lambda argv, overrides, table, tok: 0)
-    summary = rep.run_replication(["--config", "recipes/tiny.yaml", "--runs_dir", str(runs), "--exp", "main"])
+    summary = rep.run_replication(
+        ["--config", "recipes/tiny.yaml", "--runs_dir", str(runs), "--exp", "main"], ablations="all"
+    )
     # every pair variant had no pair (skipped); SFT on wins and both branching variants ran, the pairless one too
     assert ran == ["main", "main", "main-sft-wins", "main-branch-random", "main-branch-all_skill"]
     assert summary["branching"]["branch-random"]["metrics"]["sr"] is None
@@ -121,9 +123,12 @@ def test_sft_on_wins_trains_on_the_main_lines_samples_and_is_reported_beside_the
 
     monkeypatch.setattr(rep, "run_round", fake_round)
     monkeypatch.setattr(rep, "round_1_pairs", lambda argv: (None, None))
-    monkeypatch.setattr(rep, "trainable_pairs", lambda argv, overrides, table, tok: 0)
+    sized = []
+    monkeypatch.setattr(rep, "trainable_pairs", lambda argv, overrides, table, tok: sized.append(overrides) or 0)
+    # the default set: each pair kind alone and SFT on wins, no n or branching ablation
     summary = rep.run_replication(["--config", "recipes/tiny.yaml", "--runs_dir", str(runs), "--exp", "main"])
-    assert ran["main-sft-wins"] == "sft_wins" and ran["main"] == "dpo" and ran["main-branch-random"] == "dpo"
+    assert ran == {"main": "dpo", "main-sft-wins": "sft_wins"}  # both pair variants had no pair: skipped
+    assert sized == [rep.PAIR_VARIANTS["episode-only"], rep.PAIR_VARIANTS["local-only"]]
     var = round_dir(runs, "main-sft-wins", 1)
     assert (var / "sample").resolve() == (round_dir(runs, "main", 1) / "sample").resolve()
     assert not any((var / s).exists() for s in ("branch", "fork", "label"))  # it reads no pair
@@ -140,7 +145,7 @@ def test_results_json_holds_paired_differences_targets_and_the_commit(runs, monk
     fork_stats = StageDir.of(runs, "main", 1, "fork").stats_file(0)
     fork_stats.write_text(json.dumps(json.loads(fork_stats.read_text()) | {"seconds": 12.5}))
     summary = rep.run_replication(
-        ["--config", "recipes/tiny.yaml", "--runs_dir", str(runs), "--exp", "main"], ablations=False
+        ["--config", "recipes/tiny.yaml", "--runs_dir", str(runs), "--exp", "main"], ablations="none"
     )
     saved = json.loads((runs / "main" / "results.json").read_text())
     assert saved["paired_sr"] == json.loads(json.dumps(summary["paired_sr"]))
@@ -189,4 +194,10 @@ def test_the_targets_check_the_init_profile_the_round_and_the_baselines():
     assert t["r1_skill_per_ep_down"] and t["r1_avg_steps_down"]
     assert t["r1_valid_unseen_not_down"] is False and t["r2_sr_at_least_r1"] is False
     assert t["selskill_sr_at_least_episode_only"] and t["selskill_sr_at_least_sft_wins"] is False
-    assert t["selskill_sr_at_least_entropy_local_only"] is None  # not measured
+    assert t["selskill_sr_at_least_local_only"] is None  # not measured
+
+
+def test_an_unknown_ablation_set_is_refused_before_any_round(runs, monkeypatch):
+    monkeypatch.setattr(rep, "run_round", lambda recipe: pytest.fail("no round may start"))
+    with pytest.raises(ValueError, match="ablations must be one of comparisons, all, none, got 'most'"):
+        rep.run_replication(["--config", "recipes/tiny.yaml", "--runs_dir", str(runs), "--exp", "main"], "most")

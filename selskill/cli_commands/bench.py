@@ -57,13 +57,23 @@ def _label_agreement(args: argparse.Namespace) -> int:
 
 
 def _mini_arguments(b: argparse.ArgumentParser) -> None:
-    b.add_argument("--no-ablations", action="store_true", help="run the main line only (init -> R1 -> R2)")
+    from selskill.stages.ablations import ABLATION_SETS
+
+    b.add_argument(
+        "--ablations",
+        choices=list(ABLATION_SETS),
+        default="comparisons",
+        help="round-1 variants after the main line: comparisons = episode pairs only, local pairs only and "
+        "SFT on the round's wins (the rows that say what each part adds); all = also SelSkill n=1/3/all, "
+        "skill-call-local only and the random / all-skill branching (the paper's ablation tables); "
+        "none = the main line only (init -> R1 -> R2)",
+    )
 
 
 def _mini(args: argparse.Namespace) -> int:
     from selskill.stages.replication import run_replication
 
-    run_replication(args.recipe_args, ablations=not args.no_ablations)
+    run_replication(args.recipe_args, ablations=args.ablations)
     return 0
 
 

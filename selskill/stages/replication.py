@@ -6,9 +6,11 @@ Every piece is an ordinary round of an ordinary experiment, so it resumes like a
   policy and its eval) and whichever round-1 stages it shares with the main line are
   symbolic links into `runs/<exp>/`, so the variants differ from the main line in exactly
   one knob and never recompute the shared stages;
-- pair-set ablations (the paper's Table 2: episode only, entropy-local only, skill-call-local
-  only, SelSkill n=1 / n=3 / n=all) reuse the main line's round-1 pairs and retrain at a
-  matched pair count (`train_max_pairs` = the smallest variant's count);
+- pair-set ablations reuse the main line's round-1 pairs and retrain on a subset: the default
+  set (`comparisons`) trains episode pairs only and local pairs only, each on all of its pairs
+  as the paper's Table 2 does; `all` adds entropy-local only, skill-call-local only and SelSkill
+  n=1 / n=3 / n=all, every pair variant then at one matched count (`train_max_pairs` = the
+  smallest variant's);
 - the SFT-on-wins baseline (`sft-wins`: rejection-sampling fine-tuning, `train_objective:
   sft_wins`) reuses the main line's round-1 samples and fine-tunes round 0's policy on their
   clean wins instead of DPO on pairs (its round runs no branch, fork or label), so SelSkill's
@@ -36,26 +38,13 @@ from pathlib import Path
 from selskill.config import load_recipe
 from selskill.data.layout import resolve_round_policy, round_dir
 from selskill.data.shards import write_json_atomic
+from selskill.stages.ablations import ABLATION_SETS, BRANCH_VARIANTS, PAIR_VARIANTS, SFT_VARIANTS
 from selskill.stages.paired_sr import paired_sr_between
 from selskill.stages.round import run_round
 from selskill.train.dataset import NoTrainablePairs
 
 logger = logging.getLogger(__name__)
 
-PAIR_VARIANTS: dict[str, dict[str, str]] = {
-    "episode-only": {"train_pair_kinds": "episode"},
-    "entropy-local-only": {"train_pair_kinds": "local", "train_branch_pools": "ordinary"},
-    "skill-call-local-only": {"train_pair_kinds": "local", "train_branch_pools": "post_skill"},
-    "n1": {"train_window_n": "1"},
-    "n3": {"train_window_n": "3"},
-    "nall": {"train_window_n": "all"},
-}
-# trained on the round's own wins instead of pairs; reported beside the pair variants
-SFT_VARIANTS: dict[str, dict[str, str]] = {"sft-wins": {"train_objective": "sft_wins"}}
-BRANCH_VARIANTS: dict[str, dict[str, str]] = {
-    "branch-random": {"branch_strategy": "random"},
-    "branch-all_skill": {"branch_strategy": "all_skill"},
-}
 SHARED_FOR_PAIRS = ("sample", "branch", "fork", "label")
 SHARED_FOR_BRANCHING = ("sample",)
 SHARED_FOR_SFT = ("sample",)
@@ -219,7 +208,7 @@ def check_targets(summary: dict, paired: dict, unseen: dict | None = None) -> di
         "r1_valid_unseen_not_down": check((unseen or {}).get("diff"), lambda v: v >= 0),
         "r2_sr_at_least_r1": check(delta("sr", 1, 2), lambda v: v >= 0),
     }
-    for name in ("episode-only", "entropy-local-only", "sft-wins"):
+    for name in ABLATION_SETS["comparisons"]:
         other = variant_sr(name)
         out[f"selskill_sr_at_least_{name.replace('-', '_')}"] = (
             None if other is None or r1_sr is None else bool(r1_sr >= other)
@@ -294,7 +283,7 @@ def to_markdown(summary: dict) -> str:
     sections = [
         (f"Main line ({split})", ["Model", *labels], main),
         (
-            f"Round-1 pair ablations, matched pair counts, and SFT on the same samples' wins ({split})",
+            f"Round-1 pair ablations (\"trained on\": the pairs each used) and SFT on the same samples' wins ({split})",
             ["Variant", "trained on", *labels],
             pairs,
         ),
@@ -310,41 +299,49 @@ def to_markdown(summary: dict) -> str:
     )
 
 
-def run_replication(argv: list[str], ablations: bool = True) -> dict:
+def run_replication(argv: list[str], ablations: str = "comparisons") -> dict:
+    """The main line, then the variants of `ABLATION_SETS[ablations]`; each resumes where it stopped."""
+    if ablations not in ABLATION_SETS:
+        raise ValueError(f"ablations must be one of {', '.join(ABLATION_SETS)}, got {ablations!r}")
+    chosen = ABLATION_SETS[ablations]
     started = time.perf_counter()
     recipe = load_recipe(argv)
     runs_dir, main = recipe.run.runs_dir, recipe.run.exp
     for r in (1, 2):
         run_round(load_recipe(argv + ["--round", str(r)]))
     if recipe.run.dry_run:  # the ablations are sized from round 1's pairs, which a dry run does not make
-        if ablations:
-            names = ", ".join(f"{main}-{n}" for n in (*PAIR_VARIANTS, *SFT_VARIANTS, *BRANCH_VARIANTS))
+        if chosen:
+            names = ", ".join(f"{main}-{n}" for n in chosen)
             print(f"then round 1 again as the ablations {names}, from round 1's pairs")
         return {}
-    if ablations:
+    pair_variants = {n: o for n, o in PAIR_VARIANTS.items() if n in chosen}
+    if chosen:
         # the variants compare SR on valid_seen; the headroom is the main line's to measure
         base = argv + ["--round", "1", "--eval_splits", "valid_seen", "--eval_headroom", "false"]
+    if pair_variants:
         table, tok = round_1_pairs(base)
-        counts = {name: trainable_pairs(base, o, table, tok) for name, o in PAIR_VARIANTS.items()}
-        matched = min((c for c in counts.values() if c > 0), default=0)
-        logger.info(f"round-1 pairs per ablation: {counts}; matched count: {matched}")
-        for name, overrides in PAIR_VARIANTS.items():
+        counts = {name: trainable_pairs(base, o, table, tok) for name, o in pair_variants.items()}
+        # the paper's ablation tables compare at one pair count; the comparisons train each kind on
+        # all of its pairs, as the paper's Table 2 and a user's own ablation do
+        matched = min((c for c in counts.values() if c > 0), default=0) if ablations == "all" else 0
+        logger.info(f"round-1 pairs per ablation: {counts}; matched count: {matched or 'none (all pairs)'}")
+        for name, overrides in pair_variants.items():
             if counts[name] == 0:
                 logger.warning(f"skipping {name}: no trainable pair")
                 continue
             link_shared(runs_dir, main, f"{main}-{name}", SHARED_FOR_PAIRS)
             args = base + _args(overrides | {"exp": f"{main}-{name}", "train_max_pairs": str(matched)})
             run_round(load_recipe(args))
-        for variants, shared in ((SFT_VARIANTS, SHARED_FOR_SFT), (BRANCH_VARIANTS, SHARED_FOR_BRANCHING)):
-            for name, overrides in variants.items():
-                link_shared(runs_dir, main, f"{main}-{name}", shared)
-                args = base + _args(overrides | {"exp": f"{main}-{name}"})
-                try:
-                    run_round(load_recipe(args))
-                except (
-                    NoTrainablePairs
-                ) as exc:  # its yield (pairs, or wins) is the result; the table shows no SR
-                    logger.warning(f"skipping the training of {name}: {exc}")
+    for variants, shared in ((SFT_VARIANTS, SHARED_FOR_SFT), (BRANCH_VARIANTS, SHARED_FOR_BRANCHING)):
+        for name, overrides in variants.items():
+            if name not in chosen:
+                continue
+            link_shared(runs_dir, main, f"{main}-{name}", shared)
+            args = base + _args(overrides | {"exp": f"{main}-{name}"})
+            try:
+                run_round(load_recipe(args))
+            except NoTrainablePairs as exc:  # its yield (pairs, or wins) is the result; the table shows no SR
+                logger.warning(f"skipping the training of {name}: {exc}")
     summary = summary_rows(runs_dir, main)
     summary["paired_sr"] = paired_differences(runs_dir, main, summary["split"])
     unseen = paired_sr_between(runs_dir, main, 0, 1).get("valid_unseen")
