@@ -272,8 +272,10 @@ def test_same_loss_as_stock_dpo_trainer_with_a_plain_completion_mask(tok, tmp_pa
     with torch.no_grad():
         ls = stock.compute_loss(stock.model, _on_device(stock, stock_batch))
         lo = ours.compute_loss(ours.model, _on_device(ours, our_batch))
-    assert torch.equal(ls, lo)
-    assert stock._metrics["train"]["rewards/margins"] == ours._metrics["train"]["rewards/margins"]
+    torch.testing.assert_close(ls, lo, rtol=1e-5, atol=1e-6)  # the last bit may differ between CPUs
+    assert ours._metrics["train"]["rewards/margins"] == pytest.approx(
+        stock._metrics["train"]["rewards/margins"], rel=1e-5
+    )
 
 
 def test_metrics_are_split_by_pair_kind(tok, tmp_path):
