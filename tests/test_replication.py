@@ -124,7 +124,9 @@ def test_sft_on_wins_trains_on_the_main_lines_samples_and_is_reported_beside_the
     monkeypatch.setattr(rep, "run_round", fake_round)
     monkeypatch.setattr(rep, "round_1_pairs", lambda argv: (None, None))
     sized = []
-    monkeypatch.setattr(rep, "trainable_pairs", lambda argv, overrides, table, tok: sized.append(overrides) or 0)
+    monkeypatch.setattr(
+        rep, "trainable_pairs", lambda argv, overrides, table, tok: sized.append(overrides) or 0
+    )
     # the default set: each pair kind alone and SFT on wins, no n or branching ablation
     summary = rep.run_replication(["--config", "recipes/tiny.yaml", "--runs_dir", str(runs), "--exp", "main"])
     assert ran == {"main": "dpo", "main-sft-wins": "sft_wins"}  # both pair variants had no pair: skipped
@@ -200,4 +202,6 @@ def test_the_targets_check_the_init_profile_the_round_and_the_baselines():
 def test_an_unknown_ablation_set_is_refused_before_any_round(runs, monkeypatch):
     monkeypatch.setattr(rep, "run_round", lambda recipe: pytest.fail("no round may start"))
     with pytest.raises(ValueError, match="ablations must be one of comparisons, all, none, got 'most'"):
-        rep.run_replication(["--config", "recipes/tiny.yaml", "--runs_dir", str(runs), "--exp", "main"], "most")
+        rep.run_replication(
+            ["--config", "recipes/tiny.yaml", "--runs_dir", str(runs), "--exp", "main"], "most"
+        )

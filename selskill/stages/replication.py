@@ -283,7 +283,7 @@ def to_markdown(summary: dict) -> str:
     sections = [
         (f"Main line ({split})", ["Model", *labels], main),
         (
-            f"Round-1 pair ablations (\"trained on\": the pairs each used) and SFT on the same samples' wins ({split})",
+            f'Round-1 pair ablations ("trained on": the pairs each used) and SFT on the same samples\' wins ({split})',
             ["Variant", "trained on", *labels],
             pairs,
         ),
