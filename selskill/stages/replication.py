@@ -314,10 +314,9 @@ def run_replication(argv: list[str], ablations: str = "comparisons") -> dict:
             names = ", ".join(f"{main}-{n}" for n in chosen)
             print(f"then round 1 again as the ablations {names}, from round 1's pairs")
         return {}
+    # the variants compare SR on valid_seen; the headroom is the main line's to measure
+    base = argv + ["--round", "1", "--eval_splits", "valid_seen", "--eval_headroom", "false"]
     pair_variants = {n: o for n, o in PAIR_VARIANTS.items() if n in chosen}
-    if chosen:
-        # the variants compare SR on valid_seen; the headroom is the main line's to measure
-        base = argv + ["--round", "1", "--eval_splits", "valid_seen", "--eval_headroom", "false"]
     if pair_variants:
         table, tok = round_1_pairs(base)
         counts = {name: trainable_pairs(base, o, table, tok) for name, o in pair_variants.items()}
